@@ -1,0 +1,1 @@
+"""One module per PTX transform; see genomes.transforms.registry."""
