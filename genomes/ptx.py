@@ -1,0 +1,508 @@
+"""The PTX model: parse a module into functions and statements, print it back.
+
+Printing an unchanged module gives back the input byte for byte: every statement keeps
+the exact text it was read from (plus the whitespace and comments around it), and only a
+statement a transform replaced is rendered from its fields. Transforms therefore edit
+``Function.body`` (a list of statements) and ``Function.directives`` (the performance
+directives between the parameter list and the body), and everything else stays as read.
+
+Accepted forms include nvcc's (``ld.global.f32 \t%f4, [%rd5+4];``) and Triton's
+(``@%p1 ld.global.b32 { %r1 }, [ %rd1 + 0 ];``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from genomes.errors import PtxParseError
+
+_FUNC_RE = re.compile(r"^[ \t]*((?:\.(?:visible|weak|extern)\s+)*)\.(entry|func)\b", re.M)
+_OPCODE_RE = re.compile(r"[a-z][a-z0-9_]*(\.[a-zA-Z0-9_:]+)*$")
+_LABEL_RE = re.compile(r"[$%A-Za-z_][\w$]*$")
+_REG_RE = re.compile(r"%[A-Za-z_$][\w$]*")
+_PRED_RE = re.compile(r"@!?%[\w$]+$")
+_MAXNREG_RE = re.compile(r"\.maxnreg\s+(\d+)")
+
+
+# --------------------------------------------------------------------------- statements
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One PTX instruction. ``text`` is the source it was read from; ``None`` once edited.
+
+    ``opcode`` is the full dotted name (``ld.global.v4.f32``); ``operands`` are the raw
+    operand strings split at top-level commas (``{%f1, %f2}`` and ``[%rd1+8]`` stay whole).
+    """
+
+    opcode: str
+    operands: tuple[str, ...] = ()
+    pred: str | None = None  # guard such as "@%p1" or "@!%p1"
+    text: str | None = None
+
+    @property
+    def op(self) -> str:
+        """The base operation: ``ld`` for ``ld.global.f32``."""
+        return self.opcode.split(".", 1)[0]
+
+    @property
+    def mods(self) -> tuple[str, ...]:
+        """The dotted modifiers: ``("global", "f32")`` for ``ld.global.f32``."""
+        return tuple(self.opcode.split(".")[1:])
+
+    def with_(self, **changes) -> Instruction:
+        """A copy with fields changed; it will be rendered, not copied, when printed."""
+        return replace(self, text=None, **changes)
+
+    def render(self) -> str:
+        if self.text is not None:
+            return self.text
+        guard = f"{self.pred} " if self.pred else ""
+        args = f" \t{', '.join(self.operands)}" if self.operands else ""
+        return f"{guard}{self.opcode}{args};"
+
+    # --- def/use ------------------------------------------------------------------
+    def defs(self) -> tuple[str, ...]:
+        """Registers this instruction writes."""
+        if not self.operands or self.op in _NO_DEST_OPS:
+            return ()
+        first = self.operands[0]
+        return tuple(r for part in first.split("|") for r in _REG_RE.findall(part))
+
+    def uses(self) -> tuple[str, ...]:
+        """Registers this instruction reads (the guard predicate included)."""
+        regs: list[str] = []
+        if self.pred:
+            regs.append(self.pred.lstrip("@!"))
+        start = 0 if (self.op in _NO_DEST_OPS or not self.operands) else 1
+        for operand in self.operands[start:]:
+            regs.extend(_REG_RE.findall(operand))
+        return tuple(regs)
+
+    def address(self) -> Address | None:
+        """The memory operand ``[base+offset]`` of a load/store-like instruction, if any."""
+        for operand in self.operands:
+            if operand.startswith("["):
+                return Address.parse(operand)
+        return None
+
+    @property
+    def space(self) -> str | None:
+        """The state space of a memory instruction (``global``, ``shared``, ...)."""
+        for mod in self.mods:
+            if mod in STATE_SPACES:
+                return mod
+        return None
+
+
+# ops whose first operand is read, not written (stores, branches, barriers, ...)
+_NO_DEST_OPS = frozenset(
+    {"st", "red", "bra", "brx", "ret", "exit", "bar", "barrier", "membar", "fence",
+     "prefetch", "prefetchu", "trap", "brkpt", "call", "cp", "stmatrix", "wgmma",
+     "griddepcontrol", "setmaxnreg", "mbarrier", "elect", "nanosleep", "pmevent",
+     "applypriority", "discard", "createpolicy", "multimem", "tensormap", "cvt.pack"}
+)
+STATE_SPACES = ("global", "shared", "local", "param", "const", "generic")
+
+
+@dataclass(frozen=True)
+class Address:
+    """A parsed memory operand: ``[%rd5+4]`` is base ``%rd5``, offset 4."""
+
+    base: str
+    offset: int = 0
+
+    @classmethod
+    def parse(cls, operand: str) -> Address | None:
+        inner = operand.strip()[1:-1].replace(" ", "").replace("\t", "")
+        m = re.fullmatch(r"([%$\w.]+?)(?:\+(-?(?:0[xX][0-9a-fA-F]+|\d+)))?", inner)
+        if not m:
+            m2 = re.fullmatch(r"([%$\w.]+?)-(\d+)", inner)
+            return cls(m2.group(1), -int(m2.group(2))) if m2 else None
+        return cls(m.group(1), int(m.group(2), 0) if m.group(2) else 0)
+
+    def render(self) -> str:
+        # nvcc writes negative offsets as "+-512"; ptxas rejects "[%rd1-512]".
+        return f"[{self.base}+{self.offset}]" if self.offset else f"[{self.base}]"
+
+
+@dataclass(frozen=True)
+class Label:
+    name: str
+    text: str | None = None
+
+    def render(self) -> str:
+        return self.text if self.text is not None else f"{self.name}:"
+
+
+@dataclass(frozen=True)
+class Directive:
+    """A statement starting with a dot inside a body: ``.reg .f32 %f<9>;``, ``.pragma``."""
+
+    text: str
+
+    @property
+    def keyword(self) -> str:
+        return self.text.split(None, 1)[0]
+
+    def render(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Other:
+    """Text kept verbatim: scope braces ``{`` ``}``, ``.loc`` lines, lone comments."""
+
+    text: str
+
+    def render(self) -> str:
+        return self.text
+
+
+Statement = Instruction | Label | Directive | Other
+
+
+@dataclass(frozen=True)
+class Line:
+    """A statement with the whitespace/comments around it, so printing is exact."""
+
+    stmt: Statement
+    before: str = "\t"
+    after: str = "\n"
+
+    def render(self) -> str:
+        return self.before + self.stmt.render() + self.after
+
+
+# --------------------------------------------------------------------------- functions
+
+
+@dataclass
+class Param:
+    name: str
+    type: str  # ".u64", ".f32", ...
+    is_pointer: bool  # a .u64/.b64 param, or one with .ptr: may be a buffer address
+
+
+@dataclass
+class Function:
+    """An ``.entry`` or ``.func`` with a body.
+
+    ``signature`` runs from the linkage keywords through the closing parenthesis of the
+    parameter list; ``directives`` is the text between that and ``{`` (``.maxntid``,
+    ``.maxnreg``, ...); ``body`` holds the lines between the outer braces.
+    """
+
+    name: str
+    is_entry: bool
+    signature: str
+    directives: str
+    body: list[Line]
+    open_brace: str = "{"
+    close_brace: str = "}"
+    params: list[Param] = field(default_factory=list)
+
+    def render(self) -> str:
+        return (self.signature + self.directives + self.open_brace
+                + "".join(line.render() for line in self.body) + self.close_brace)
+
+    def instructions(self) -> list[Instruction]:
+        return [ln.stmt for ln in self.body if isinstance(ln.stmt, Instruction)]
+
+    @property
+    def maxnreg(self) -> int | None:
+        m = _MAXNREG_RE.search(self.directives)
+        return int(m.group(1)) if m else None
+
+
+@dataclass
+class Module:
+    """A PTX module: raw text chunks interleaved with parsed functions."""
+
+    parts: list[str | Function]
+
+    def render(self) -> str:
+        return "".join(p if isinstance(p, str) else p.render() for p in self.parts)
+
+    @property
+    def functions(self) -> list[Function]:
+        return [p for p in self.parts if isinstance(p, Function)]
+
+    @property
+    def entries(self) -> list[Function]:
+        return [f for f in self.functions if f.is_entry]
+
+    def entry(self, name: str | None = None) -> Function:
+        """The entry called ``name``, or the only/first one."""
+        for f in self.entries:
+            if name is None or f.name == name:
+                return f
+        raise KeyError(name)
+
+    def copy(self) -> Module:
+        """A copy whose functions and bodies can be edited; statements are immutable."""
+        return Module([p if isinstance(p, str) else replace(p, body=list(p.body),
+                                                              params=list(p.params))
+                       for p in self.parts])
+
+    @property
+    def target(self) -> str | None:
+        for p in self.parts:
+            if isinstance(p, str):
+                m = re.search(r"^\s*\.target\s+(\w+)", p, re.M)
+                if m:
+                    return m.group(1)
+        return None
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse(text: str, source: str = "<ptx>") -> Module:
+    """Parse PTX text into a Module. Raises PtxParseError (with a line number) on bad PTX."""
+    if not re.search(r"^\s*\.version\s+\d+\.\d+", text, re.M):
+        raise PtxParseError("no '.version' directive: is this PTX?", 1, source)
+    if not re.search(r"^\s*\.target\s+\w+", text, re.M):
+        raise PtxParseError("no '.target' directive", 1, source)
+    parts: list[str | Function] = []
+    pos = 0
+    found = False
+    while True:
+        m = _FUNC_RE.search(text, pos)
+        if not m:
+            break
+        open_paren, end_sig = _signature_end(text, m.end(), source)
+        brace = _next_code_char(text, end_sig, "{;")
+        if brace is None:
+            raise PtxParseError("function header without body or ';'",
+                                _line_of(text, m.start()), source)
+        if text[brace] == ";":  # a declaration: keep verbatim
+            pos = brace + 1
+            continue
+        close = _matching_brace(text, brace, source)
+        parts.append(text[pos:m.start()])
+        name = _func_name(text[m.end():open_paren if open_paren else end_sig])
+        body_start_line = _line_of(text, brace)
+        fn = Function(
+            name=name,
+            is_entry=m.group(2) == "entry",
+            signature=text[m.start():end_sig],
+            directives=text[end_sig:brace],
+            body=_parse_body(text[brace + 1:close], body_start_line, source),
+            params=_parse_params(text[open_paren + 1:end_sig - 1] if open_paren else ""),
+        )
+        parts.append(fn)
+        pos = close + 1
+        found = True
+    if not found:
+        raise PtxParseError("no .entry or .func with a body found", None, source)
+    parts.append(text[pos:])
+    return Module(parts)
+
+
+def _line_of(text: str, index: int) -> int:
+    return text.count("\n", 0, index) + 1
+
+
+def _skip_comment(text: str, i: int) -> int | None:
+    """If a comment starts at i, the index after it; else None."""
+    if text.startswith("//", i):
+        j = text.find("\n", i)
+        return len(text) if j < 0 else j
+    if text.startswith("/*", i):
+        j = text.find("*/", i + 2)
+        return len(text) if j < 0 else j + 2
+    return None
+
+
+def _next_code_char(text: str, i: int, chars: str) -> int | None:
+    while i < len(text):
+        after = _skip_comment(text, i)
+        if after is not None:
+            i = after
+            continue
+        if text[i] in chars:
+            return i
+        if not text[i].isspace() and text[i] != "." and not text[i].isalnum() \
+                and text[i] not in ",_$":
+            return None
+        i += 1
+    return None
+
+
+def _signature_end(text: str, i: int, source: str) -> tuple[int | None, int]:
+    """Return (index of the param '(' or None, index just after the header's ')' chain)."""
+    # .func may have a return-value list first: .func (.reg .b32 r) name (params)
+    end = i
+    open_paren = None
+    j = i
+    while True:
+        k = _next_code_char(text, j, "({;")
+        if k is None or text[k] != "(":
+            return open_paren, end
+        depth, q = 0, k
+        while q < len(text):
+            if text[q] == "(":
+                depth += 1
+            elif text[q] == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            q += 1
+        else:
+            raise PtxParseError("unclosed '(' in function header", _line_of(text, k), source)
+        open_paren, end, j = k, q + 1, q + 1
+
+
+def _func_name(header: str) -> str:
+    header = re.sub(r"\([^)]*\)", " ", header)  # drop a .func return list
+    names = re.findall(r"[A-Za-z_$][\w$]*", header)
+    return names[-1] if names else "?"
+
+
+def _matching_brace(text: str, i: int, source: str) -> int:
+    depth = 0
+    while i < len(text):
+        after = _skip_comment(text, i)
+        if after is not None:
+            i = after
+            continue
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise PtxParseError("unclosed '{': function body never ends", None, source)
+
+
+def _parse_params(text: str) -> list[Param]:
+    params = []
+    for chunk in _split_top(text, ","):
+        words = chunk.split()
+        if not words or words[0] != ".param":
+            continue
+        types = [w for w in words[1:] if w.startswith(".")]
+        dtype = next((t for t in types if re.fullmatch(r"\.[busf]\d+", t)), "")
+        name = re.sub(r"\[.*", "", words[-1])
+        params.append(Param(name, dtype, ".ptr" in types or dtype in (".u64", ".b64", ".s64")))
+    return params
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split at ``sep`` outside (), [] and {}."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == sep and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return [s.strip() for s in out if s.strip()]
+
+
+def _parse_body(body: str, first_line: int, source: str) -> list[Line]:
+    """Split a body into Lines: each statement with its leading and trailing text."""
+    lines: list[Line] = []
+    pending = ""  # whitespace/comments waiting to become the next statement's prefix
+    i, n = 0, len(body)
+    while i < n:
+        after = _skip_comment(body, i)
+        if after is not None:
+            pending += body[i:after]
+            i = after
+            continue
+        if body[i].isspace():
+            pending += body[i]
+            i += 1
+            continue
+        end, stmt_text = _statement_at(body, i, first_line, source)
+        # Trailing text: spaces/comments up to and including the newline stay with it.
+        j = end
+        while j < n and body[j] in " \t":
+            j += 1
+        if body.startswith("//", j):
+            j = _skip_comment(body, j)
+        if j < n and body[j] == "\n":
+            j += 1
+        else:
+            j = end
+        line_no = first_line + body.count("\n", 0, i)
+        lines.append(Line(_classify(stmt_text, line_no, source), pending, body[end:j]))
+        pending = ""
+        i = j
+    if pending:  # whitespace before the closing brace
+        lines.append(Line(Other(""), pending, ""))
+    return lines
+
+
+def _statement_at(body: str, i: int, first_line: int, source: str) -> tuple[int, str]:
+    """Return (end index, text) of the statement starting at i."""
+    if body[i] in "{}":
+        return i + 1, body[i]
+    if body.startswith(".loc", i):  # debug line info: no ';', ends at the newline
+        j = body.find("\n", i)
+        j = len(body) if j < 0 else j
+        return j, body[i:j].rstrip()
+    m = re.match(r"[$%A-Za-z_][\w$]*:", body[i:])
+    if m:
+        return i + m.end(), m.group(0)
+    depth = 0
+    j = i
+    while j < len(body):
+        ch = body[j]
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == ";" and depth == 0:
+            return j + 1, body[i:j + 1]
+        j += 1
+    line = first_line + body.count("\n", 0, i)
+    raise PtxParseError(f"statement not terminated by ';': {body[i:].splitlines()[0]!r}",
+                        line, source)
+
+
+def _classify(text: str, line: int, source: str) -> Statement:
+    if text in ("{", "}") or text.startswith(".loc"):
+        return Other(text)
+    if text.endswith(":"):
+        return Label(text[:-1], text)
+    if text.startswith("."):
+        return Directive(text)
+    return parse_instruction(text, line, source)
+
+
+def parse_instruction(text: str, line: int | None = None, source: str = "<ptx>") -> Instruction:
+    """Parse one instruction statement such as ``@%p1 ld.global.b32 { %r1 }, [ %rd1 + 0 ];``."""
+    body = text.rstrip()
+    if not body.endswith(";"):
+        raise PtxParseError(f"instruction must end with ';': {text!r}", line, source)
+    body = body[:-1].strip()
+    pred = None
+    if body.startswith("@"):
+        pred, _, body = body.partition(" ")
+        body = body.strip()
+        if not _PRED_RE.match(pred):
+            raise PtxParseError(f"bad predicate guard {pred!r}", line, source)
+    opcode, _, rest = body.partition(" ") if " " in body.split("\t")[0] else body.partition("\t")
+    opcode = opcode.strip()
+    if not _OPCODE_RE.match(opcode):
+        raise PtxParseError(f"not an instruction: {text.strip()!r}", line, source)
+    operands = tuple(_split_top(rest, ","))
+    for operand in operands:
+        if operand.count("[") != operand.count("]") or operand.count("{") != operand.count("}"):
+            raise PtxParseError(f"unbalanced brackets in {operand!r}", line, source)
+    return Instruction(opcode, operands, pred, text)
+
+
+def registers_in(operand: str) -> list[str]:
+    """Register names inside one operand string (``{%f1, %f2}`` → ``['%f1', '%f2']``)."""
+    return _REG_RE.findall(operand)

@@ -1,0 +1,40 @@
+"""Global store cache policy: ``st.global.{wb,cg,cs,wt}``.
+
+Only plain (weak) global stores change; volatile/relaxed/release stores and stores with
+an eviction hint keep their form.
+"""
+
+from __future__ import annotations
+
+from genomes.memory import effect
+from genomes.ptx import Instruction, Line, Module
+from genomes.transforms.base import Param, Transform
+
+STORE_POLICIES = ("wb", "cg", "cs", "wt")
+
+
+def apply(module: Module, policy: str) -> int:
+    changed = 0
+    for fn in module.functions:
+        for i, line in enumerate(fn.body):
+            ins = line.stmt
+            if not (isinstance(ins, Instruction) and ins.op == "st" and ins.space == "global"
+                    and effect(ins) == "store" and not any("::" in m for m in ins.mods)):
+                continue
+            mods = [m for m in ins.mods if m not in STORE_POLICIES]
+            mods.insert(mods.index("global") + 1, policy)
+            opcode = ".".join(["st", *mods])
+            if opcode != ins.opcode:
+                fn.body[i] = Line(ins.with_(opcode=opcode), line.before, line.after)
+                changed += 1
+    return changed
+
+
+TRANSFORM = Transform(
+    name="cache_st",
+    group="st_cache",
+    summary="set the cache operator of global stores (wb/cg/cs/wt)",
+    applies_when="plain global stores",
+    params=(Param("policy", default="cs", choices=STORE_POLICIES),),
+    apply=apply,
+)
