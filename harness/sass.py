@@ -1,0 +1,246 @@
+"""SASS of a cubin: disassembly, a hash that identifies the machine code, opcode counts.
+
+Different PTX often assembles to the same SASS (a renamed register, a moved
+comment, a transform ptxas undoes), and the GPU only ever runs the SASS, so
+the measurement store keys on a hash of it: identical code is measured once.
+
+The hash comes from ``cuobjdump -sass`` when cuobjdump (and the nvdisasm it
+calls) can be found, with addresses, encodings and headers removed. Without
+cuobjdump it falls back to hashing the cubin's ``.text.*`` sections: the raw
+machine code, still blind to ELF metadata that differs between identical
+programs. The two methods give different hashes for the same code, so every
+hash travels with its method ("sass" or "cubin") and the two must not be mixed.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import hashlib
+import logging
+import re
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+
+from harness.toolchain import MissingToolError, cuobjdump_env, find_cuobjdump
+
+log = logging.getLogger(__name__)
+
+# "        /*0040*/   @!P0 LDG.E.128 R4, desc[UR4][R2.64] ;   /* 0x... */"
+_ADDRESS_RE = re.compile(r"/\*([0-9a-fA-F]{4,})\*/")
+_ENCODING_RE = re.compile(r"/\*\s*0x[0-9a-fA-F]+\s*\*/")
+_INSTRUCTION_RE = re.compile(
+    r"^(?P<pred>@!?U?P[T0-9]+\s+)?(?P<op>[A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)"
+    r"(?:\s+(?P<args>[^;]*?))?\s*;$"  # cuobjdump ends every instruction with ";"
+)
+_FUNCTION_RE = re.compile(r"^\s*Function\s*:\s*(\S+)")
+# Header lines that name files, flags or fatbin metadata, not code.
+_HEADER_PREFIXES = (
+    ".headerflags", "Fatbin", "====", "arch =", "code version", "host =",
+    "compile_size", "identifier", "producer", ".elftype", "..........",
+)
+_WIDTH_BY_TYPE = {"U8": 8, "S8": 8, "U16": 16, "S16": 16}
+
+
+@functools.cache
+def _warn_unavailable(reason: str) -> None:
+    """Log once per distinct reason: it would otherwise repeat for every variant."""
+    log.warning("SASS disassembly unavailable, hashing cubin .text instead: %s", reason)
+
+
+def disassemble(cubin: bytes, timeout: float = 60) -> str | None:
+    """``cuobjdump -sass`` of ``cubin``, or None if cuobjdump is missing or fails.
+
+    None is not an error: callers fall back to :func:`cubin_text_hash`, and the
+    reason is logged once so that the run's log says which method was used.
+    """
+    try:
+        cuobjdump, env = find_cuobjdump(), cuobjdump_env()
+    except MissingToolError as exc:
+        _warn_unavailable(str(exc))
+        return None
+    with tempfile.TemporaryDirectory(prefix="evo-sass-") as tmp:
+        path = Path(tmp, "kernel.cubin")
+        path.write_bytes(cubin)
+        try:
+            proc = subprocess.run(
+                [str(cuobjdump), "-sass", str(path)], env=env,
+                capture_output=True, text=True, timeout=timeout, check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _warn_unavailable(f"cuobjdump failed: {exc}")
+            return None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        _warn_unavailable(f"cuobjdump exited {proc.returncode}: {detail[-1] if detail else ''}")
+        return None
+    return proc.stdout
+
+
+def _clean_line(line: str) -> str:
+    """One disassembly line without address, encoding and runs of spaces."""
+    line = _ENCODING_RE.sub("", _ADDRESS_RE.sub("", line))
+    return " ".join(line.split())
+
+
+def normalize_sass(text: str) -> str:
+    """Only the code of a ``cuobjdump -sass`` listing, one instruction per line.
+
+    Drops addresses (``/*0040*/``), encodings (``/* 0x... */``, including the
+    second encoding line of 128-bit instructions), blank and comment-only
+    lines, and headers (file names, ELF flags, fatbin metadata), so that two
+    identical programs compare equal. Keeps ``code for sm_XX`` and
+    ``Function : name`` lines, and branch targets (function-relative offsets,
+    which change only when the code does).
+    """
+    out = []
+    for raw in text.splitlines():
+        line = _clean_line(raw)
+        if not line or line.startswith(_HEADER_PREFIXES):
+            continue
+        if line.startswith(("/*", "//")):
+            continue
+        if line.startswith(".target"):
+            continue  # repeats the "code for sm_XX" line
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _elf_text_sections(cubin: bytes) -> list[tuple[str, bytes]]:
+    """(name, contents) of the ``.text.*`` sections of a 64-bit little-endian ELF."""
+    if cubin[:4] != b"\x7fELF" or len(cubin) < 64 or cubin[4] != 2 or cubin[5] != 1:
+        raise ValueError("not a 64-bit little-endian ELF cubin")
+    shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    headers = [
+        struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize)
+        for i in range(shnum)
+    ]
+    strtab_off, strtab_size = headers[shstrndx][4], headers[shstrndx][5]
+    strtab = cubin[strtab_off:strtab_off + strtab_size]
+
+    sections = []
+    for sh_name, _type, _flags, _addr, offset, size, *_ in headers:
+        name = strtab[sh_name:strtab.index(b"\0", sh_name)].decode("ascii", "replace")
+        if name.startswith(".text."):
+            sections.append((name, cubin[offset:offset + size]))
+    return sorted(sections)
+
+
+def cubin_text_hash(cubin: bytes) -> str:
+    """sha256 over the ``.text.<function>`` sections (name, size, bytes) of a cubin.
+
+    Only the machine code is hashed: other sections (symbol tables, ``.nv.info``
+    attributes, notes) can differ between programs whose code is identical.
+    Relocations are left out too, so two programs differing only in which
+    global symbol they address would collide; evo's variants never do that.
+    """
+    digest = hashlib.sha256()
+    for name, data in _elf_text_sections(cubin):
+        digest.update(name.encode() + b"\0" + struct.pack("<Q", len(data)) + data)
+    return digest.hexdigest()
+
+
+def sass_hash(cubin: bytes) -> tuple[str, str]:
+    """(sha256 hex, method): method "sass" from normalised disassembly, else "cubin"."""
+    text = disassemble(cubin)
+    if text is not None:
+        return hashlib.sha256(normalize_sass(text).encode()).hexdigest(), "sass"
+    return cubin_text_hash(cubin), "cubin"
+
+
+def _instructions(sass_text: str) -> list[tuple[str, str]]:
+    """(opcode, operands) of every real instruction, predicates dropped.
+
+    ptxas pads each function after its final ``EXIT`` with a ``BRA`` to itself
+    and ``NOP``s up to an alignment boundary; that padding never executes, so
+    it is left out here (it stays in the hash, where it is harmless).
+    """
+    found = []
+    per_function: list[tuple[str, str]] = []
+
+    def flush() -> None:
+        while per_function and per_function[-1][0] == "NOP":
+            per_function.pop()
+        if per_function and per_function[-1][0] == "<trap>":
+            per_function.pop()
+        found.extend(per_function)
+        per_function.clear()
+
+    for raw in sass_text.splitlines():
+        if _FUNCTION_RE.match(raw):
+            flush()
+            continue
+        address = _ADDRESS_RE.search(raw)
+        line = _clean_line(raw)
+        m = _INSTRUCTION_RE.match(line)
+        if not line or not m or line.startswith((".", "/*", "//")):
+            continue
+        op, args = m.group("op"), (m.group("args") or "").strip()
+        # The self-branch after EXIT: "/*00d0*/ BRA 0xd0;". Normalised text has no
+        # addresses; there, sm_70+ instructions being 16 bytes gives the address.
+        here = int(address.group(1), 16) if address else 16 * len(per_function)
+        if op == "BRA" and args.lower() == hex(here):
+            op = "<trap>"
+        per_function.append((op, args))
+    flush()
+    return found
+
+
+def opcode_histogram(sass_text: str, fine: bool = False) -> collections.Counter:
+    """Count instructions by opcode: coarse ``LDG`` by default, ``LDG.E.128`` if ``fine``.
+
+    Works on raw or normalised ``cuobjdump -sass`` text.
+    """
+    counts: collections.Counter = collections.Counter()
+    for op, _ in _instructions(sass_text):
+        counts[op if fine else op.split(".", 1)[0]] += 1
+    return counts
+
+
+def _access_width(op: str) -> int:
+    """Bits moved by a load/store opcode: ``LDG.E.128`` -> 128, ``LDG.E.U8`` -> 8, else 32."""
+    width = 32
+    for modifier in op.split(".")[1:]:
+        if modifier.isdigit() and int(modifier) in (64, 128, 256):
+            width = int(modifier)
+        elif modifier in _WIDTH_BY_TYPE:
+            width = _WIDTH_BY_TYPE[modifier]
+    return width
+
+
+def sass_stats(cubin: bytes) -> dict:
+    """Static figures of a cubin's SASS, JSON-safe, for the static backend and reports.
+
+    Keys: ``available`` (False, with ``reason``, when it cannot be disassembled),
+    ``instructions`` (padding excluded), ``opcodes`` (coarse histogram),
+    ``global_loads`` / ``global_stores`` (counts by width in bits, as string
+    keys), ``local_loads`` / ``local_stores`` (LDL/STL: spill traffic),
+    ``shared_loads`` / ``shared_stores``.
+    """
+    text = disassemble(cubin)
+    if text is None:
+        return {"available": False, "reason": "cuobjdump/nvdisasm not available or failed"}
+    instructions = _instructions(text)
+    coarse = collections.Counter(op.split(".", 1)[0] for op, _ in instructions)
+    global_loads: collections.Counter = collections.Counter()
+    global_stores: collections.Counter = collections.Counter()
+    for op, _ in instructions:
+        base = op.split(".", 1)[0]
+        if base == "LDG":
+            global_loads[str(_access_width(op))] += 1
+        elif base == "STG":
+            global_stores[str(_access_width(op))] += 1
+    return {
+        "available": True,
+        "instructions": len(instructions),
+        "opcodes": dict(coarse.most_common()),
+        "global_loads": dict(sorted(global_loads.items(), key=lambda kv: int(kv[0]))),
+        "global_stores": dict(sorted(global_stores.items(), key=lambda kv: int(kv[0]))),
+        "local_loads": coarse["LDL"],
+        "local_stores": coarse["STL"],
+        "shared_loads": coarse["LDS"],
+        "shared_stores": coarse["STS"],
+    }
