@@ -1,0 +1,21 @@
+// reduce_sum: one partial sum per block, shared-memory tree reduction.
+// Block b sums x[b*2*BLOCK .. (b+1)*2*BLOCK) (each thread adds two elements while loading);
+// launch with blockDim.x == BLOCK and gridDim.x == ceil(n / (2*BLOCK)).
+#define BLOCK 256
+
+extern "C" __global__ void reduce_sum(const float* x, float* partial, unsigned n) {
+    __shared__ float s[BLOCK];
+    const unsigned tid = threadIdx.x;
+    const unsigned i = blockIdx.x * (2 * BLOCK) + tid;
+    float v = 0.0f;
+    if (i < n) v = x[i];
+    if (i + BLOCK < n) v += x[i + BLOCK];
+    s[tid] = v;
+    __syncthreads();
+#pragma unroll
+    for (unsigned stride = BLOCK / 2; stride > 0; stride >>= 1) {
+        if (tid < stride) s[tid] += s[tid + stride];
+        __syncthreads();
+    }
+    if (tid == 0) partial[blockIdx.x] = s[0];
+}

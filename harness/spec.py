@@ -1,0 +1,421 @@
+"""Kernel specs: how to launch one PTX entry and what to feed it, read strictly from TOML.
+
+A spec sits beside its `.ptx` (see DESIGN.md, "Kernel spec"); the shape is:
+
+    name, entry, ptx, grid, block, shared_mem, timing, reference, description
+    [tolerance] rtol, atol          (integer outputs are always compared exactly)
+    [meta]      free ints / floats / strings for the reference function
+    [[params]]  in PTX param order: buffers (dtype, count, role, fill + fill options)
+                or scalars (dtype, value)
+
+Defaults: name = file stem, entry = name, ptx = "<stem>.ptx", shared_mem = 0,
+timing = "clock64" for a one-block grid else "events", tolerance 1e-5 / 1e-5.
+Buffer fills: normal (mean 0, std 1), uniform [low, high) (0, 1), int [low, high)
+(high required, exclusive as in NumPy), const (value). `fill` is ignored for role "out".
+Every mistake is a `SpecError` naming the file and the key; typos get a suggestion.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from genomes.errors import EvoError
+
+DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "i32": "int32", "u32": "uint32",
+          "i64": "int64", "u64": "uint64", "i8": "int8", "u8": "uint8"}
+DTYPE_BITS = {"f32": 32, "f64": 64, "f16": 16, "i32": 32, "u32": 32, "i64": 64, "u64": 64, "i8": 8, "u8": 8}
+ROLES = ("in", "out", "inout")
+FILLS = ("normal", "uniform", "int", "const")
+TIMINGS = ("clock64", "events")
+MAX_THREADS_PER_BLOCK = 1024
+MAX_SHARED_MEM = 227 * 1024  # sm_90's largest dynamic shared memory per block
+
+_TOP_KEYS = ("name", "entry", "ptx", "grid", "block", "shared_mem", "timing", "reference",
+             "description", "tolerance", "meta", "params")
+_BUFFER_KEYS = ("name", "kind", "dtype", "count", "role", "fill", "low", "high", "value", "mean", "std")
+_SCALAR_KEYS = ("name", "kind", "dtype", "value")
+_PTX_IDENT = re.compile(r"[A-Za-z][\w$]*|[_$%][\w$]+")
+_FILL_KEYS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "int": ("low", "high"), "const": ("value",)}
+
+
+class SpecError(EvoError):
+    """A kernel spec that cannot be used; the message names the file and the key."""
+
+
+def numpy_dtype(dtype: str):
+    """The NumPy dtype of a spec dtype name ("f32" -> numpy.float32)."""
+    import numpy as np
+
+    if dtype not in DTYPES:
+        raise SpecError(f"unknown dtype {dtype!r}{_suggest(dtype, DTYPES)} (one of {', '.join(DTYPES)})")
+    return np.dtype(DTYPES[dtype])
+
+
+def is_int_dtype(dtype: str) -> bool:
+    """True for the integer dtypes (compared exactly, filled with ints)."""
+    return dtype[0] in "iu"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Output comparison: |got - want| <= atol + rtol * |want| (ints are exact)."""
+
+    rtol: float = 1e-5
+    atol: float = 1e-5
+
+
+@dataclass(frozen=True)
+class BufferParam:
+    """A device buffer passed as a pointer: dtype, element count, role and how to fill it."""
+
+    name: str
+    dtype: str
+    count: int
+    role: str = "in"
+    fill: str = "normal"
+    low: float | None = None
+    high: float | None = None
+    value: float | None = None
+    mean: float = 0.0
+    std: float = 1.0
+    kind = "buffer"
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the buffer in bytes."""
+        return self.count * DTYPE_BITS[self.dtype] // 8
+
+    @property
+    def is_output(self) -> bool:
+        """True for role out and inout: the kernel writes it and the gate compares it."""
+        return self.role != "in"
+
+
+@dataclass(frozen=True)
+class ScalarParam:
+    """A scalar passed by value."""
+
+    name: str
+    dtype: str
+    value: int | float
+    kind = "scalar"
+
+
+Param = BufferParam | ScalarParam
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel of the suite (or the user's): PTX entry, launch shape, params, checks."""
+
+    name: str
+    entry: str
+    ptx_path: Path
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    params: tuple[Param, ...]
+    shared_mem: int = 0
+    timing: str = "clock64"
+    tolerance: Tolerance = Tolerance()
+    reference: str | None = None
+    description: str = ""
+    meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    spec_path: Path | None = None
+
+    numpy_dtype = staticmethod(numpy_dtype)
+
+    def ptx_text(self) -> str:
+        """The baseline PTX."""
+        return self.ptx_path.read_text()
+
+    def buffers(self) -> list[BufferParam]:
+        """Buffer params, in PTX order."""
+        return [p for p in self.params if isinstance(p, BufferParam)]
+
+    def scalars(self) -> list[ScalarParam]:
+        """Scalar params, in PTX order."""
+        return [p for p in self.params if isinstance(p, ScalarParam)]
+
+    def outputs(self) -> list[BufferParam]:
+        """Buffers the kernel writes (role out or inout): what correctness compares."""
+        return [p for p in self.buffers() if p.is_output]
+
+    def param(self, name: str) -> Param:
+        """The param called `name` (KeyError if none)."""
+        return {p.name: p for p in self.params}[name]
+
+    def tolerance_for(self, param: BufferParam) -> Tolerance:
+        """The tolerance for one output: the spec's, or exact for integer dtypes."""
+        return Tolerance(0.0, 0.0) if is_int_dtype(param.dtype) else self.tolerance
+
+    threads_per_block = property(lambda self: math.prod(self.block), doc="Threads in one block.")
+    blocks = property(lambda self: math.prod(self.grid), doc="Blocks in the grid.")
+
+    @property
+    def threads(self) -> int:
+        """Threads in the whole launch (blocks x threads per block)."""
+        return self.blocks * self.threads_per_block
+
+
+def _suggest(word: str, choices) -> str:
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _Reader:
+    """Validates one parsed TOML table; every error names the file and where in it."""
+
+    def __init__(self, path: Path, table: dict, where: str = ""):
+        self.path, self.table, self.where = path, table, where
+
+    def fail(self, message: str):
+        raise SpecError(f"{self.path}: {self.where}{message}")
+
+    def check_keys(self, allowed) -> None:
+        for key in self.table:
+            if key not in allowed:
+                self.fail(f"unknown key {key!r}{_suggest(key, allowed)}")
+
+    def get(self, key: str, kind, default=..., check=None, what: str = ""):
+        if key not in self.table:
+            if default is ...:
+                self.fail(f"missing key {key!r}")
+            return default
+        value = self.table[key]
+        if value == "TODO":
+            self.fail(f"{key!r} is still TODO: fill it in")
+        ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
+        if not ok or (check is not None and not check(value)):
+            self.fail(f"{key!r} must be {what or getattr(kind, '__name__', 'a number')}, got {value!r}")
+        return float(value) if kind == (int, float) else value
+
+    def choice(self, key: str, choices, default=...) -> str:
+        value = self.get(key, str, default)
+        if value not in choices and value is not default:
+            self.fail(f"{key!r} = {value!r} is not one of {', '.join(choices)}{_suggest(value, choices)}")
+        return value
+
+    def dim3(self, key: str) -> tuple[int, int, int]:
+        return tuple(self.get(key, list, check=lambda v: len(v) == 3 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v), what="3 positive ints"))
+
+
+_NUM = (int, float)
+
+
+def _dtype_range(dtype: str) -> tuple[int, int]:
+    bits = DTYPE_BITS[dtype]
+    return (0, 2**bits - 1) if dtype[0] == "u" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
+def _read_param(path: Path, index: int, table) -> Param:
+    if not isinstance(table, dict):
+        raise SpecError(f"{path}: params #{index + 1} must be a table ([[params]])")
+    name = table.get("name", f"#{index + 1}")
+    r = _Reader(path, table, f"param {name!r}: ")
+    r.check_keys(_BUFFER_KEYS)  # the superset first, so that a misspelt "kind" is named as such
+    kind = r.choice("kind", ("buffer", "scalar"))
+    if kind == "scalar":
+        r.check_keys(_SCALAR_KEYS)
+    name = r.get("name", str, check=str.isidentifier, what="an identifier")
+    dtype = r.choice("dtype", tuple(DTYPES))
+    if kind == "scalar":
+        if is_int_dtype(dtype):
+            low, high = _dtype_range(dtype)
+            value = r.get("value", int, check=lambda v: low <= v <= high, what=f"an int in [{low}, {high}]")
+        else:
+            value = r.get("value", _NUM, what="a number")
+        return ScalarParam(name, dtype, value)
+    count = r.get("count", int, check=lambda v: v > 0, what="a positive int")
+    role = r.choice("role", ROLES)
+    fill = r.choice("fill", FILLS, "normal")
+    for key in ("low", "high", "value", "mean", "std"):
+        if key in table and key not in _FILL_KEYS[fill]:
+            takes = ", ".join(_FILL_KEYS[fill])
+            r.fail(f"key {key!r} does not apply to fill = {fill!r} (it takes {takes})")
+    if fill in ("normal", "uniform") and is_int_dtype(dtype):
+        r.fail(f"fill = {fill!r} needs a float dtype; use fill = 'int' for {dtype}")
+    opts: dict[str, Any] = {}
+    if fill == "normal":
+        opts["mean"] = r.get("mean", _NUM, 0.0)
+        opts["std"] = r.get("std", _NUM, 1.0, check=lambda v: v >= 0, what="a number >= 0")
+    elif fill == "uniform":
+        opts["low"], opts["high"] = r.get("low", _NUM, 0.0), r.get("high", _NUM, 1.0)
+    elif fill == "int":
+        opts["low"], opts["high"] = r.get("low", int, 0), r.get("high", int)
+        if is_int_dtype(dtype):
+            lo, hi = _dtype_range(dtype)
+            if opts["low"] < lo or opts["high"] - 1 > hi:
+                r.fail(f"int fill [{opts['low']}, {opts['high']}) does not fit {dtype}")
+    else:
+        opts["value"] = r.get("value", int if is_int_dtype(dtype) else _NUM)
+    if fill in ("uniform", "int") and not opts["low"] < opts["high"]:
+        r.fail(f"fill = {fill!r} needs low < high, got [{opts['low']}, {opts['high']})")
+    return BufferParam(name, dtype, count, role, fill, **opts)
+
+
+def _check_reference(r: _Reader, name: str | None) -> None:
+    if name is None:
+        return
+    from harness.kernels import reference
+
+    if name not in reference.REFERENCES:
+        r.fail(f"reference {name!r} is not a function in harness/kernels/reference.py"
+               f"{_suggest(name, reference.REFERENCES)}")
+
+
+def load_spec(path: str | Path) -> KernelSpec:
+    """Read and validate one spec file; raise SpecError naming the file and the key."""
+    path = Path(path).resolve()
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such spec file") from None
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read: {err.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise SpecError(f"{path}: not valid TOML: {err}") from None
+    r = _Reader(path, data)
+    r.check_keys(_TOP_KEYS)
+    name = r.get("name", str, path.stem, check=bool, what="a non-empty string")
+    entry = r.get("entry", str, name, check=_PTX_IDENT.fullmatch, what="a PTX identifier")
+    ptx_path = (path.parent / r.get("ptx", str, path.stem + ".ptx")).resolve()
+    if not ptx_path.is_file():
+        r.fail(f"ptx file {ptx_path} not found")
+    grid, block = r.dim3("grid"), r.dim3("block")
+    if math.prod(block) > MAX_THREADS_PER_BLOCK or block[2] > 64:
+        r.fail(f"block {list(block)} has {math.prod(block)} threads; at most {MAX_THREADS_PER_BLOCK} "
+               "per block (and z <= 64)")
+    if grid[1] > 65535 or grid[2] > 65535 or grid[0] > 2**31 - 1:
+        r.fail(f"grid {list(grid)} exceeds CUDA limits (x < 2^31, y and z <= 65535)")
+    shared_mem = r.get("shared_mem", int, 0, check=lambda v: 0 <= v <= MAX_SHARED_MEM,
+                       what=f"an int in [0, {MAX_SHARED_MEM}]")
+    default_timing = "clock64" if math.prod(grid) == 1 else "events"
+    timing = r.choice("timing", TIMINGS, default_timing)
+    if timing == "clock64" and math.prod(grid) != 1:
+        r.fail("timing = 'clock64' measures one block; use 'events' for a grid of several blocks")
+    reference = r.get("reference", str, None)
+    _check_reference(r, reference)
+    description = r.get("description", str, "")
+    tol_table = r.get("tolerance", dict, {})
+    t = _Reader(path, tol_table, "[tolerance] ")
+    t.check_keys(("rtol", "atol"))
+    nonneg = dict(check=lambda v: v >= 0 and math.isfinite(v), what="a finite number >= 0")
+    tolerance = Tolerance(t.get("rtol", _NUM, 1e-5, **nonneg), t.get("atol", _NUM, 1e-5, **nonneg))
+    meta = r.get("meta", dict, {})
+    for key, value in meta.items():
+        if not isinstance(value, (int, float, str)):
+            r.fail(f"[meta] {key!r} must be an int, float, string or bool, got {value!r}")
+    raw_params = r.get("params", list, what="an array of tables ([[params]])")
+    params = tuple(_read_param(path, i, p) for i, p in enumerate(raw_params))
+    seen: set[str] = set()
+    for p in params:
+        if p.name in seen:
+            r.fail(f"param name {p.name!r} appears twice")
+        seen.add(p.name)
+    if not any(isinstance(p, BufferParam) and p.is_output for p in params):
+        r.fail("no output buffer: at least one buffer param needs role 'out' or 'inout'")
+    return KernelSpec(name=name, entry=entry, ptx_path=ptx_path, grid=grid, block=block, params=params,
+                      shared_mem=shared_mem, timing=timing, tolerance=tolerance, reference=reference,
+                      description=description, meta=MappingProxyType(dict(meta)), spec_path=path)
+
+
+_PTX_SCALAR_DTYPES = {"u32": "u32", "s32": "i32", "b32": "u32", "f32": "f32", "f64": "f64", "s64": "i64",
+                      "u8": "u8", "b8": "u8", "s8": "i8", "f16": "f16", "b16": "f16"}
+_PTX_WIDTH = re.compile(r"\.[bsuf](8|16|32|64)")
+
+
+@dataclass(frozen=True)
+class PtxParam:
+    """One `.param` of a PTX entry signature: its name, type suffix ("u64") and size in bits."""
+
+    name: str
+    ptx_type: str
+    bits: int
+
+
+def ptx_entries(ptx_text: str) -> dict[str, list[PtxParam]]:
+    """Every `.entry` in PTX text with its parameter list, in order (a small regex, no parser).
+
+    Accepts nvcc's `.param .u64 foo_param_0` as well as Triton's
+    `.param .u64 .ptr .global .align 1 foo_param_0` and arrays `.param .align 8 .b8 p[16]`.
+    """
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", "", ptx_text, flags=re.S)
+    entries = {}
+    for match in re.finditer(r"\.entry\s+([\w$%]+)\s*(?:\(([^)]*)\))?", text):
+        params = []
+        for piece in filter(str.strip, (match.group(2) or "").split(",")):
+            tokens = piece.split()
+            name, _, length = tokens[-1].partition("[")
+            types = [t for t in tokens[1:-1] if _PTX_WIDTH.fullmatch(t)]
+            ptx_type = types[0][1:] if types else "b8"
+            bits = int(ptx_type[1:]) * (int(length.rstrip("]")) if length else 1)
+            params.append(PtxParam(name, ptx_type, bits))
+        entries[match.group(1)] = params
+    return entries
+
+
+def check_ptx(spec: KernelSpec, ptx_text: str | None = None) -> None:
+    """Check that the spec's entry is in its PTX and its params match the signature's sizes.
+
+    A spec whose params disagree with the PTX would launch with garbage arguments; this
+    turns that into one SpecError before anything runs.
+    """
+    where = spec.spec_path or spec.name
+    entries = ptx_entries(ptx_text if ptx_text is not None else spec.ptx_text())
+    if spec.entry not in entries:
+        raise SpecError(f"{where}: entry {spec.entry!r} is not in {spec.ptx_path.name}"
+                        f"{_suggest(spec.entry, entries)} (entries: {', '.join(entries) or 'none'})")
+    signature = entries[spec.entry]
+    if len(signature) != len(spec.params):
+        raise SpecError(f"{where}: spec lists {len(spec.params)} params but PTX entry {spec.entry!r} "
+                        f"takes {len(signature)}")
+    for param, ptx in zip(spec.params, signature):
+        bits = 64 if isinstance(param, BufferParam) else DTYPE_BITS[param.dtype]
+        if bits != ptx.bits:
+            raise SpecError(f"{where}: param {param.name!r} ({param.kind} {param.dtype}, {bits} bits) does not "
+                            f"match PTX param {ptx.name} (.{ptx.ptx_type}, {ptx.bits} bits)")
+
+
+def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None = None) -> str:
+    """A TOML spec skeleton for one PTX entry, with "TODO" where only the user knows.
+
+    64-bit params (.u64 / .b64) become buffers (count and role TODO), the rest scalars of the
+    matching dtype (value TODO). load_spec rejects any remaining "TODO" by name. With one
+    entry in the PTX, `entry` may be omitted; `ptx_name` defaults to "<entry>.ptx".
+    """
+    entries = ptx_entries(ptx_text)
+    if entry is None:
+        if len(entries) != 1:
+            raise SpecError(f"PTX has {len(entries)} entries ({', '.join(entries) or 'none'}); name one")
+        entry = next(iter(entries))
+    if entry not in entries:
+        raise SpecError(f"entry {entry!r} is not in the PTX{_suggest(entry, entries)}")
+    lines = [f'# Spec skeleton for PTX entry {entry}: replace every "TODO", then check the rest.',
+             f'name = "{entry}"', f'entry = "{entry}"', f'ptx = "{ptx_name or entry + ".ptx"}"',
+             "grid = [1, 1, 1]                # blocks (x, y, z)",
+             "block = [1, 1, 1]               # threads per block (x, y, z), at most 1024",
+             "shared_mem = 0                  # dynamic shared memory, bytes",
+             'timing = "clock64"              # "clock64" for single-block kernels, "events" for many-block',
+             'description = ""', "", "[tolerance]", "rtol = 1e-05", "atol = 1e-05"]
+    for i, ptx in enumerate(entries[entry]):
+        name = ptx.name.removeprefix(entry + "_")
+        lines += ["", "[[params]]", f'name = "{name if name.isidentifier() else f"p{i}"}"']
+        if ptx.bits == 64 and ptx.ptx_type in ("u64", "b64"):
+            lines += ['kind = "buffer"',
+                      'dtype = "f32"                   # element type: f32 f64 f16 i32 u32 i64 u64 i8 u8',
+                      'count = "TODO"                  # element count',
+                      'role = "TODO"                   # in | out | inout',
+                      'fill = "normal"                 # normal | uniform | int | const']
+        else:
+            dtype = _PTX_SCALAR_DTYPES.get(ptx.ptx_type, "TODO") if ptx.bits <= 64 else "TODO"
+            lines += ['kind = "scalar"', f'dtype = "{dtype}"                   # from .{ptx.ptx_type}',
+                      'value = "TODO"']
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,88 @@
+"""The kernel suite shipped in `harness/kernels/`: list it, and find a kernel by name or path.
+
+A kernel is named the way a user types it on the command line: a suite name
+(`gemm_tile_4x6x8`), a path to a spec (`my/kernel.toml`), or a path to a PTX file whose
+spec sits beside it with the same stem (`my/kernel.ptx` -> `my/kernel.toml`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import itertools
+import re
+from pathlib import Path
+
+from genomes.errors import EvoError
+from harness.kernels.catalog import GEMM_SIZES, gemm_name
+from harness.spec import KernelSpec, SpecError, load_spec
+
+_GEMM_NAME = re.compile(r"gemm_tile_(\d+)x(\d+)x(\d+)")
+
+
+class UnknownKernelError(EvoError):
+    """A kernel name that is neither in the suite nor a path; the message suggests close names."""
+
+
+def suite_dir() -> Path:
+    """The folder holding the suite's .ptx and .toml files."""
+    return Path(__file__).resolve().parent / "kernels"
+
+
+def gemm_tiles() -> list[str]:
+    """The 64 names of the gemm_tile family, m, n, k in {2, 4, 6, 8}, ordered by (m, n, k)."""
+    return [gemm_name(m, n, k) for m, n, k in itertools.product(GEMM_SIZES, repeat=3)]
+
+
+def _sort_key(name: str) -> tuple:
+    """gemm_tile kernels first, by (m, n, k) as numbers; then the rest by name."""
+    match = _GEMM_NAME.fullmatch(name)
+    return (0, *map(int, match.groups()), "") if match else (1, 0, 0, 0, name)
+
+
+def suite_names() -> list[str]:
+    """Names of the suite's kernels (from the spec file names), in suite order."""
+    return sorted((p.stem for p in suite_dir().glob("*.toml")), key=_sort_key)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_suite() -> tuple[KernelSpec, ...]:
+    return tuple(load_spec(suite_dir() / f"{name}.toml") for name in suite_names())
+
+
+def list_kernels() -> list[KernelSpec]:
+    """Every spec of the suite, loaded and validated, gemm_tile first by (m, n, k)."""
+    return list(_load_suite())
+
+
+def _from_path(path: Path) -> KernelSpec:
+    if path.suffix == ".ptx":
+        toml = path.with_suffix(".toml")
+        if not path.is_file():
+            raise SpecError(f"{path}: no such PTX file")
+        if not toml.is_file():
+            raise SpecError(f"{path}: no spec beside it; write {toml.name} "
+                            f"(`evo init-kernel {path}` writes a skeleton to fill in)")
+        spec = load_spec(toml)
+        if spec.ptx_path != path.resolve():
+            raise SpecError(f"{toml}: ptx = {spec.ptx_path.name!r}, not {path.name!r}")
+        return spec
+    return load_spec(path)
+
+
+def find_kernel(name_or_path: str | Path) -> KernelSpec:
+    """The spec for a suite name, a `.toml` path, or a `.ptx` path with its `.toml` beside it.
+
+    Raises UnknownKernelError (with up to three close suite names) for an unknown name, and
+    SpecError for a missing or invalid file.
+    """
+    text = str(name_or_path)
+    path = Path(text)
+    if isinstance(name_or_path, Path) or path.suffix in (".toml", ".ptx") or "/" in text or path.is_file():
+        return _from_path(path)
+    names = suite_names()
+    if text in names:
+        return load_spec(suite_dir() / f"{text}.toml")
+    close = difflib.get_close_matches(text, names, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; {len(names)} kernels, e.g. {', '.join(names[:2])}"
+    raise UnknownKernelError(f"unknown kernel {text!r} (not in the suite at {suite_dir()}, not a file){hint}")
