@@ -75,7 +75,8 @@ class Instruction:
         regs: list[str] = []
         if self.pred:
             regs.append(self.pred.lstrip("@!"))
-        start = 0 if (self.op in _NO_DEST_OPS or not self.operands) else 1
+        # wgmma accumulates into its first operand: it reads what it writes.
+        start = 0 if (self.op in _NO_DEST_OPS or self.op == "wgmma" or not self.operands) else 1
         for operand in self.operands[start:]:
             regs.extend(_REG_RE.findall(operand))
         return tuple(regs)
@@ -99,7 +100,7 @@ class Instruction:
 # ops whose first operand is read, not written (stores, branches, barriers, ...)
 _NO_DEST_OPS = frozenset(
     {"st", "red", "bra", "brx", "ret", "exit", "bar", "barrier", "membar", "fence",
-     "prefetch", "prefetchu", "trap", "brkpt", "call", "cp", "stmatrix", "wgmma",
+     "prefetch", "prefetchu", "trap", "brkpt", "call", "cp", "stmatrix",
      "griddepcontrol", "setmaxnreg", "mbarrier", "elect", "nanosleep", "pmevent",
      "applypriority", "discard", "createpolicy", "multimem", "tensormap", "cvt.pack"}
 )
@@ -266,10 +267,11 @@ def parse(text: str, source: str = "<ptx>") -> Module:
     if not re.search(r"^\s*\.target\s+\w+", text, re.M):
         raise PtxParseError("no '.target' directive", 1, source)
     parts: list[str | Function] = []
-    pos = 0
+    pos = 0  # end of what is already in ``parts``
+    search_from = 0
     found = False
     while True:
-        m = _FUNC_RE.search(text, pos)
+        m = _FUNC_RE.search(text, search_from)
         if not m:
             break
         open_paren, end_sig = _signature_end(text, m.end(), source)
@@ -277,8 +279,8 @@ def parse(text: str, source: str = "<ptx>") -> Module:
         if brace is None:
             raise PtxParseError("function header without body or ';'",
                                 _line_of(text, m.start()), source)
-        if text[brace] == ";":  # a declaration: keep verbatim
-            pos = brace + 1
+        if text[brace] == ";":  # a declaration: stays in the raw text before the next part
+            search_from = brace + 1
             continue
         close = _matching_brace(text, brace, source)
         parts.append(text[pos:m.start()])
@@ -293,7 +295,7 @@ def parse(text: str, source: str = "<ptx>") -> Module:
             params=_parse_params(text[open_paren + 1:end_sig - 1] if open_paren else ""),
         )
         parts.append(fn)
-        pos = close + 1
+        pos = search_from = close + 1
         found = True
     if not found:
         raise PtxParseError("no .entry or .func with a body found", None, source)
@@ -413,6 +415,7 @@ def _parse_body(body: str, first_line: int, source: str) -> list[Line]:
     lines: list[Line] = []
     pending = ""  # whitespace/comments waiting to become the next statement's prefix
     i, n = 0, len(body)
+    counted, line_no = 0, first_line  # line_no is the line of body[counted]
     while i < n:
         after = _skip_comment(body, i)
         if after is not None:
@@ -423,7 +426,9 @@ def _parse_body(body: str, first_line: int, source: str) -> list[Line]:
             pending += body[i]
             i += 1
             continue
-        end, stmt_text = _statement_at(body, i, first_line, source)
+        line_no += body.count("\n", counted, i)
+        counted = i
+        end, stmt_text = _statement_at(body, i, line_no, source)
         # Trailing text: spaces/comments up to and including the newline stay with it.
         j = end
         while j < n and body[j] in " \t":
@@ -434,7 +439,6 @@ def _parse_body(body: str, first_line: int, source: str) -> list[Line]:
             j += 1
         else:
             j = end
-        line_no = first_line + body.count("\n", 0, i)
         lines.append(Line(_classify(stmt_text, line_no, source), pending, body[end:j]))
         pending = ""
         i = j
@@ -443,8 +447,8 @@ def _parse_body(body: str, first_line: int, source: str) -> list[Line]:
     return lines
 
 
-def _statement_at(body: str, i: int, first_line: int, source: str) -> tuple[int, str]:
-    """Return (end index, text) of the statement starting at i."""
+def _statement_at(body: str, i: int, line: int, source: str) -> tuple[int, str]:
+    """Return (end index, text) of the statement starting at i (on line ``line``)."""
     if body[i] in "{}":
         return i + 1, body[i]
     if body.startswith(".loc", i):  # debug line info: no ';', ends at the newline
@@ -465,7 +469,6 @@ def _statement_at(body: str, i: int, first_line: int, source: str) -> tuple[int,
         elif ch == ";" and depth == 0:
             return j + 1, body[i:j + 1]
         j += 1
-    line = first_line + body.count("\n", 0, i)
     raise PtxParseError(f"statement not terminated by ';': {body[i:].splitlines()[0]!r}",
                         line, source)
 
