@@ -1,0 +1,244 @@
+"""The correctness gate's numerics: inputs, poison, canaries and output comparison (NumPy only).
+
+The GPU worker launches a variant on fresh inputs and reads every buffer back; these
+functions decide whether the launch was correct, and why not. Nothing here touches a GPU,
+so all of it is tested on CPU.
+
+* Inputs come from ``make_inputs(spec, seed)`` (the spec's fills, one RNG per seed).
+* Before each launch the worker fills ``out`` buffers with ``poisoned(param)``: a NaN with
+  a payload no kernel computes (GPUs produce the canonical NaN), or all-ones bits for ints.
+  An element still holding those exact bits afterwards was never written.
+* Each output buffer is allocated ``CANARY_BYTES`` larger and uploaded as
+  ``with_canary(array)``; a changed byte past the end means the kernel wrote out of bounds.
+* ``check_launch`` turns the read-back images into ``(ok, reason)``, the reason starting
+  with one of ``harness.record``'s constants so that reports can count them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from harness import record
+from harness.spec import DTYPES, BufferParam, KernelSpec, numpy_dtype
+
+CANARY_BYTES = 256
+"""Bytes of fixed pattern after each output buffer."""
+
+CANARY_BYTE = 0xA5
+"""The canary pattern byte: alternating bits, unlike 0, -1 or any small float's bytes."""
+
+SPEEDUP_REVIEW_FACTOR = 10.0
+SPEEDUP_REVIEW = "speedup over 10x: review"
+
+# Quiet NaNs (top mantissa bit set, so no FP unit "quiets" them) with a recognisable payload.
+_NAN_BITS = {2: 0x7E5A, 4: 0x7FC0DEAD, 8: 0x7FF8DEADDEADDEAD}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _dtype(dtype) -> np.dtype:
+    """A NumPy dtype from a spec dtype name ("f32") or anything ``np.dtype`` accepts."""
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return numpy_dtype(dtype)
+    return np.dtype(dtype)
+
+
+def _poison_bits(dtype: np.dtype) -> int:
+    if dtype.kind == "f":
+        return _NAN_BITS[dtype.itemsize]
+    return (1 << (8 * dtype.itemsize)) - 1  # all ones: -1 signed, the maximum unsigned
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def make_inputs(spec: KernelSpec, seed: int) -> dict[str, np.ndarray | np.generic]:
+    """Every param's host value for one launch: buffers as flat arrays, scalars as NumPy scalars.
+
+    Inputs follow their fill (normal / uniform / int with ``high`` exclusive, as the spec
+    and NumPy define it / const); ``out`` buffers are zeros (the worker poisons them),
+    ``inout`` buffers are filled like inputs. Deterministic in (spec, seed): the draws
+    are those of ``harness.kernels.reference.random_inputs``, the one definition of fills.
+    """
+    from harness.kernels.reference import random_inputs
+
+    return random_inputs(spec, np.random.default_rng(seed))
+
+
+def reference_outputs(spec: KernelSpec, inputs: Mapping) -> dict[str, np.ndarray] | None:
+    """The spec's NumPy reference outputs for ``inputs`` (flat, the params' dtypes), or None.
+
+    None when the spec names no reference: then the baseline kernel is the reference.
+    """
+    if spec.reference is None:
+        return None
+    from harness.kernels.reference import run_reference
+
+    raw = run_reference(spec, dict(inputs))
+    return {p.name: np.asarray(raw[p.name], dtype=_dtype(p.dtype)).ravel() for p in spec.outputs()}
+
+
+# --------------------------------------------------------------------------- poison
+
+
+def poison_value(dtype) -> np.generic:
+    """The poison scalar of ``dtype``: a NaN with payload (0x7FC0DEAD for f32), or all-ones ints."""
+    dt = _dtype(dtype)
+    return np.array([_poison_bits(dt)], dtype=_UINT[dt.itemsize]).view(dt)[0]
+
+
+def poisoned(param: BufferParam) -> np.ndarray:
+    """A full buffer of ``param``'s poison, built from bits so that the NaN payload survives."""
+    dt = _dtype(param.dtype)
+    return np.full(param.count, _poison_bits(dt), dtype=_UINT[dt.itemsize]).view(dt)
+
+
+def is_poison(array, dtype) -> np.ndarray:
+    """Boolean mask of the elements whose BIT pattern is the poison's.
+
+    Compared as bits, so a NaN the kernel computed (any other payload) is a value, not
+    an unwritten element.
+    """
+    dt = _dtype(dtype)
+    arr = np.ascontiguousarray(array, dtype=dt)
+    return arr.view(_UINT[dt.itemsize]) == _poison_bits(dt)
+
+
+# --------------------------------------------------------------------------- canaries
+
+
+def with_canary(arr) -> np.ndarray:
+    """The uint8 host image to upload: the buffer's bytes, then ``CANARY_BYTES`` of 0xA5."""
+    data = np.ascontiguousarray(arr).view(np.uint8).ravel()
+    return np.concatenate([data, np.full(CANARY_BYTES, CANARY_BYTE, np.uint8)])
+
+
+def split_canary(image, param: BufferParam) -> tuple[np.ndarray, bool]:
+    """(the buffer as ``param``'s dtype, canary intact?) from an image read back after a launch."""
+    image = np.ascontiguousarray(image).view(np.uint8).ravel()
+    if image.size != param.nbytes + CANARY_BYTES:
+        raise ValueError(f"image of {param.name} has {image.size} bytes, expected "
+                         f"{param.nbytes} + {CANARY_BYTES} canary bytes")
+    data = image[:param.nbytes].copy().view(_dtype(param.dtype))
+    return data, bool((image[param.nbytes:] == CANARY_BYTE).all())
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def _unwritten(name: str, out: np.ndarray, ref: np.ndarray | None, dtype) -> str | None:
+    mask = is_poison(out, dtype)
+    if ref is not None and ref.size == out.size:
+        mask &= ~is_poison(ref, dtype)  # the reference left it unwritten too: not a failure
+    if not mask.any():
+        return None
+    first = int(np.flatnonzero(mask)[0])
+    return (f"{record.UNWRITTEN}: {int(mask.sum())} of {out.size} elements of {name} still hold "
+            f"the poison; first {name}[{first}]")
+
+
+def _mismatch(name: str, out: np.ndarray, ref: np.ndarray, param: BufferParam, spec) -> str | None:
+    if out.dtype.kind in "iu":
+        bad = out != ref
+        got, want = out.astype(np.float64), ref.astype(np.float64)
+    else:
+        tol = spec.tolerance_for(param)
+        got, want = out.astype(np.float64), ref.astype(np.float64)
+        bad = ~np.isclose(got, want, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+    if not bad.any():
+        return None
+    first = int(np.flatnonzero(bad)[0])
+    with np.errstate(all="ignore"):
+        abs_err = np.abs(got[bad] - want[bad])
+        rel_err = abs_err / np.abs(want[bad])
+    finite = np.isfinite(abs_err)
+    max_abs = float(abs_err[finite].max()) if finite.any() else math.nan
+    max_rel = float(rel_err[finite].max()) if finite.any() else math.nan
+    return (f"{record.WRONG}: {int(bad.sum())} of {out.size} elements differ in {name}; first "
+            f"{name}[{first}] = {out[first]}, expected {ref[first]}; "
+            f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g}")
+
+
+def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray] | None,
+            spec: KernelSpec) -> tuple[bool, str]:
+    """(True, "ok") if every output buffer matches the reference, else (False, reason).
+
+    First every output is checked for surviving poison (``output not written``), then
+    values: integers exactly, floats with ``np.isclose`` under the spec's tolerance, a NaN
+    matching a NaN. With ``reference=None`` only the poison check runs.
+    """
+    for p in spec.outputs():
+        ref = None if reference is None else np.asarray(reference[p.name]).ravel()
+        out = np.asarray(outputs[p.name]).ravel()
+        if ref is not None and out.size != ref.size:
+            return False, f"{record.WRONG}: {p.name} has {out.size} elements, expected {ref.size}"
+        reason = _unwritten(p.name, out, ref, p.dtype)
+        if reason:
+            return False, reason
+    if reference is not None:
+        for p in spec.outputs():
+            out = np.asarray(outputs[p.name], dtype=_dtype(p.dtype)).ravel()
+            ref = np.asarray(reference[p.name], dtype=_dtype(p.dtype)).ravel()
+            reason = _mismatch(p.name, out, ref, p, spec)
+            if reason:
+                return False, reason
+    return True, record.OK
+
+
+def check_launch(spec: KernelSpec, inputs: Mapping, after: Mapping[str, np.ndarray],
+                 reference: Mapping[str, np.ndarray] | None) -> tuple[bool, str]:
+    """Judge one launch from host copies of its buffers; returns (ok, reason).
+
+    ``inputs``: what was uploaded (``make_inputs``; only role "in" buffers are used).
+    ``after``: every buffer read back after the launch, by param name. Outputs (``out``,
+    ``inout``) must be canary images (``with_canary`` layout, uint8); an input may be a
+    canary image or a plain array of its dtype (then only modification is checked).
+    ``reference``: expected outputs (baseline kernel or NumPy reference), or None.
+
+    Precedence, so that a reason names the cause rather than a symptom: out-of-bounds
+    write (a canary changed) > input modified > output not written > wrong result.
+    """
+    values: dict[str, np.ndarray] = {}
+    for p in spec.buffers():
+        image = np.ascontiguousarray(after[p.name])
+        if p.is_output or image.nbytes == p.nbytes + CANARY_BYTES:
+            data, canary_ok = split_canary(image, p)
+            if not canary_ok:
+                return False, (f"{record.OUT_OF_BOUNDS}: the {CANARY_BYTES} bytes after {p.name} "
+                               f"({p.count} x {p.dtype}) changed")
+        elif image.nbytes == p.nbytes:  # reinterpret, never convert: the bits are what count
+            data = image.view(np.uint8).ravel().view(_dtype(p.dtype))
+        else:
+            raise ValueError(f"{p.name} read back as {image.nbytes} bytes, expected {p.nbytes} "
+                             f"(or {p.nbytes + CANARY_BYTES} with its canary)")
+        values[p.name] = data
+    for p in spec.buffers():
+        if p.is_output:
+            continue
+        before = np.ascontiguousarray(inputs[p.name], dtype=_dtype(p.dtype)).ravel()
+        uint = _UINT[before.itemsize]
+        changed = before.view(uint) != values[p.name].view(uint)  # bits: NaN inputs compare equal
+        if changed.any():
+            first = int(np.flatnonzero(changed)[0])
+            return False, (f"{record.INPUT_CLOBBERED}: {int(changed.sum())} of {p.count} elements "
+                           f"of {p.name} changed; first {p.name}[{first}]")
+    return compare({p.name: values[p.name] for p in spec.outputs()}, reference, spec)
+
+
+def speedup_flags(baseline_cycles: float | None, cycles: float | None) -> list[str]:
+    """``["speedup over 10x: review"]`` when a variant beats its baseline by more than 10x.
+
+    Such a jump usually means the variant skips work the gate did not catch; a human looks.
+    """
+    if baseline_cycles is None or cycles is None or not math.isfinite(baseline_cycles):
+        return []
+    if cycles <= 0 or baseline_cycles / cycles > SPEEDUP_REVIEW_FACTOR:
+        return [SPEEDUP_REVIEW]
+    return []
+
+
+__all__ = ["CANARY_BYTE", "CANARY_BYTES", "SPEEDUP_REVIEW", "check_launch", "compare", "is_poison",
+           "make_inputs", "poison_value", "poisoned", "reference_outputs", "speedup_flags",
+           "split_canary", "with_canary"]
