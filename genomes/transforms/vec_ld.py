@@ -1,0 +1,189 @@
+"""Merge scalar global loads of consecutive addresses into one vector load.
+
+Rule, inside each basic block: scalar loads ``ld.global[.mods].T %d, [%base+k]`` with T of
+4 bytes (f32/b32/u32/s32) or 8 bytes (f64/b64/u64/s64), the same opcode, the same guard
+and the same base register, reading ``k, k+s, ..., k+(n-1)s`` (s = sizeof T), become
+``ld.global[.mods].vn.T {%d0, ..., %dn-1}, [%base+k]`` placed where the *first* of them
+(in program order) was. It is done only where
+
+- ``[%base+k]`` is provably aligned to n·s bytes (``genomes.alignment``);
+- every later load of the group can be hoisted to the first one: no store and no
+  barrier-class instruction lies between (conservatively, whatever the addresses), no
+  scope brace or directive lies between, nothing between (the first load included)
+  writes the load's base or guard register, and nothing between reads or writes its
+  destination register.
+
+``width=4`` makes v4 groups of 4-byte loads (16 bytes); a group that cannot be completed
+to four falls back to v2 (8 bytes), so ``width=4`` is "as wide as provable". 8-byte types
+only ever form v2 (16 bytes, the widest vector access). ``width=2`` makes v2 only.
+Parameter, shared, local and const loads are left alone.
+
+Why the hoisting argument holds for several groups at once: every load that moves
+upward is checked against every instruction it passes in the *original* order, and the
+only loads another group moves past it are loads (which commute with loads) whose
+registers were checked at their original position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from genomes.alignment import address_alignment
+from genomes.memory import PointerInfo, basic_blocks, effect
+from genomes.ptx import Address, Directive, Function, Instruction, Line, Module, Other
+from genomes.transforms.base import Param, Transform
+
+SIZES = {"f32": 4, "b32": 4, "u32": 4, "s32": 4, "f64": 8, "b64": 8, "u64": 8, "s64": 8}
+_MAX_VECTOR_BYTES = 16
+
+
+@dataclass(frozen=True)
+class _Load:
+    index: int  # position in fn.body
+    ins: Instruction
+    dest: str
+    addr: Address
+    size: int
+
+    @property
+    def key(self) -> tuple:
+        # Equal opcode strings mean equal cache operators, eviction hints and type.
+        return self.ins.opcode, self.ins.pred, self.addr.base
+
+
+def _single_register(operand: str) -> str | None:
+    """``%f1`` or Triton's ``{ %f1 }`` -> ``%f1``; anything else -> None."""
+    text = operand.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1].strip()
+    return text if text.startswith("%") and "," not in text and " " not in text else None
+
+
+def _as_scalar_load(index: int, ins: Instruction) -> _Load | None:
+    """The scalar global load at ``index``, if it is a merge candidate."""
+    if ins.op != "ld" or ins.space != "global" or effect(ins) != "load":
+        return None
+    if len(ins.operands) != 2 or any(m in ("v2", "v4", "v8") for m in ins.mods):
+        return None  # a third operand is an L2 cache-policy register
+    type_ = ins.mods[-1] if ins.mods else ""
+    dest = _single_register(ins.operands[0])
+    addr = ins.address()
+    if type_ not in SIZES or dest is None or addr is None or not addr.base.startswith("%"):
+        return None
+    return _Load(index, ins, dest, addr, SIZES[type_])
+
+
+def blocks_motion(stmt) -> bool:
+    """Non-instruction lines that pin code: scope braces (registers declared inside a
+    ``{ }`` do not exist outside it) and directives. Blank lines and ``.loc`` do not."""
+    if isinstance(stmt, Directive):
+        return True
+    return isinstance(stmt, Other) and stmt.text.strip() in ("{", "}")
+
+
+def group_start(offset: int, size: int, n: int, base: str, info: PointerInfo) -> int | None:
+    """The offset of the n-element vector that holds element ``offset`` and whose address
+    is provably aligned to n·size bytes, or None. The base itself need not be aligned
+    (``%rd5 = A+4``): the candidates are tried by their full address."""
+    span = n * size
+    for k in range(n):
+        start = offset - k * size
+        if address_alignment(Address(base, start), info) >= span:
+            return start
+    return None
+
+
+def vector_opcode(ins: Instruction, n: int) -> str:
+    """``ld.global.nc.f32`` -> ``ld.global.nc.v4.f32``: the vector size goes before the type."""
+    *head, type_ = ins.opcode.split(".")
+    return ".".join([*head, f"v{n}", type_])
+
+
+def _try_group(fn: Function, block: range, anchor: _Load, n: int, loads: dict[int, _Load],
+               consumed: set[int], info: PointerInfo) -> list[_Load] | None:
+    """The n loads of the aligned vector holding ``anchor``, all hoistable to it, or None."""
+    start = group_start(anchor.addr.offset, anchor.size, n, anchor.addr.base, info)
+    if start is None:
+        return None
+    need: dict[int, _Load | None] = {start + k * anchor.size: None for k in range(n)}
+    need[anchor.addr.offset] = anchor
+    written = set(anchor.ins.defs())
+    read = set(anchor.ins.uses())
+    for j in range(anchor.index + 1, block.stop):
+        stmt = fn.body[j].stmt
+        if not isinstance(stmt, Instruction):
+            if blocks_motion(stmt):
+                return None
+            continue
+        cand = loads.get(j)
+        if (cand is not None and j not in consumed and cand.key == anchor.key
+                and cand.addr.offset in need and need[cand.addr.offset] is None
+                and not written & set(cand.ins.uses())
+                and not (written | read) & set(cand.ins.defs())):
+            need[cand.addr.offset] = cand
+            if all(v is not None for v in need.values()):
+                return [need[off] for off in sorted(need)]
+        if effect(stmt) in ("store", "barrier"):
+            return None
+        written.update(stmt.defs())
+        read.update(stmt.uses())
+    return None
+
+
+def _merge_function(fn: Function, width: int) -> int:
+    info = PointerInfo(fn)
+    loads = {}
+    for i, line in enumerate(fn.body):
+        if isinstance(line.stmt, Instruction):
+            found = _as_scalar_load(i, line.stmt)
+            if found is not None:
+                loads[i] = found
+    if not loads:
+        return 0
+    consumed: set[int] = set()
+    groups: list[tuple[_Load, list[_Load]]] = []
+    widths = (4, 2) if int(width) == 4 else (2,)
+    for block in basic_blocks(fn):
+        in_block = [loads[i] for i in block if i in loads]
+        for want in widths:
+            for anchor in in_block:
+                n = min(want, _MAX_VECTOR_BYTES // anchor.size)
+                if anchor.index in consumed or n < 2:
+                    continue
+                group = _try_group(fn, block, anchor, n, loads, consumed, info)
+                if group is not None:
+                    consumed.update(m.index for m in group)
+                    groups.append((anchor, group))
+    replace: dict[int, Instruction] = {}
+    for anchor, members in groups:
+        first = members[0]  # lowest address: the vector's address
+        replace[anchor.index] = anchor.ins.with_(
+            opcode=vector_opcode(anchor.ins, len(members)),
+            operands=("{" + ", ".join(m.dest for m in members) + "}",
+                      Address(first.addr.base, first.addr.offset).render()))
+    new_body = []
+    for i, line in enumerate(fn.body):
+        if i in replace:
+            new_body.append(Line(replace[i], line.before, line.after))
+        elif i not in consumed:
+            new_body.append(line)
+    fn.body[:] = new_body
+    return len(groups)
+
+
+def apply(module: Module, width: int = 4) -> int:
+    """Vectorize global loads in every function; returns the number of vector loads made."""
+    return sum(_merge_function(fn, width) for fn in module.functions)
+
+
+TRANSFORM = Transform(
+    name="vec_ld",
+    group="ld_width",
+    summary="merge scalar global loads of consecutive, provably aligned addresses into "
+            "ld.global.v2/.v4",
+    applies_when="a basic block has 2 or 4 scalar 4-byte (or 2 scalar 8-byte) global loads "
+                 "from one base register at consecutive offsets, the first provably aligned "
+                 "to the vector size, with no store or barrier between them",
+    params=(Param("width", default=4, choices=(2, 4)),),
+    apply=apply,
+)
