@@ -62,6 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--genome", metavar="GENOME", help="apply this genome first")
     p.add_argument("--arch", default="sm_90", help="target architecture (default sm_90)")
     p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("measure", help="check and time a kernel (optionally with a genome) "
+                                       "and its baseline, through the measurement store")
+    p.add_argument("kernel", metavar="KERNEL")
+    p.add_argument("--genome", metavar="GENOME", help="apply this genome first")
+    p.add_argument("--backend", default="auto", choices=("auto", "gpu", "replay", "static"),
+                   help="gpu: measure; replay: answer from the store only; static: no GPU, a "
+                        "ptxas/SASS cost estimate; auto (default): gpu if CuPy sees one, else static")
+    p.add_argument("--store", type=Path, metavar="PATH",
+                   help="measurement store (default $EVO_STORE or runs/store.sqlite)")
+    p.add_argument("--gpu", type=int, default=0, metavar="ID", help="CUDA device id (default 0)")
+    p.add_argument("--device", metavar="NAME", help="replay: the device whose measurements to use "
+                                                    "(default: the store's only GPU device)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the check and timing inputs")
+    p.set_defaults(func=cmd_measure)
     return parser
 
 
@@ -128,6 +143,59 @@ def cmd_compile(args) -> int:
     print(f"shared memory: {result.shared_mem} B")
     print(f"cubin:         {len(result.cubin)} B, ptxas {result.seconds * 1000:.0f} ms")
     return 0
+
+
+def cmd_measure(args) -> int:
+    """Measure one variant and the baseline; static numbers are labelled on every line."""
+    import os
+
+    from genomes.genome import Genome, load_genome
+    from harness.backends import make_backend
+    from harness.evaluate import Evaluator
+    from harness.store import Store
+    from harness.suite import find_kernel
+
+    spec = find_kernel(args.kernel)
+    genome = load_genome(args.genome) if args.genome else Genome()
+    store_path = args.store or Path(os.environ.get("EVO_STORE") or "runs/store.sqlite")
+    if args.backend == "replay" and not store_path.is_file():
+        raise EvoError(f"no measurement store at {store_path} to replay from (--store or $EVO_STORE)")
+    with Store(store_path) as store, make_backend(args.backend, store=store, gpus=[args.gpu],
+                                                  device=args.device, seed=args.seed) as backend:
+        evaluator = Evaluator(backend, store)
+        base = evaluator.baseline(spec)
+        m = evaluator.evaluate(spec, [genome])[0]
+    static = m.is_static or backend.name == "static" or (backend.device == "static")
+    tag = "static estimate, not measured"
+
+    def say(line: str) -> None:
+        # Every line carrying a number says it is an estimate when it is one.
+        if static and any(ch.isdigit() for ch in line) and tag not in line:
+            line = f"{line}  [{tag}]"
+        print(line)
+
+    say(f"kernel:     {spec.name}")
+    say(f"genome:     {genome}")
+    for gene in m.notes.get("genes", []):
+        extra = f" ({gene['changes']} changes)" if gene["changes"] else ""
+        say(f"  {gene['gene']}: {gene['status']}{extra}")
+    say(f"backend:    {backend.describe()}")
+    say(f"device:     {m.device or backend.device}")
+    say(f"timer:      {m.timer or '-'}")
+    if m.valid and m.cycles is not None:
+        spread = (f"p10-p90 {m.p10:.0f}-{m.p90:.0f}" if m.p10 is not None and m.p90 is not None
+                  else "p10-p90 n/a")
+        say(f"cycles:     {m.label()}, {spread}, n={m.n}")
+    say(f"registers:  {m.registers if m.registers is not None else '-'}")
+    say(f"spills:     {m.spill_stores or 0} B stored, {m.spill_loads or 0} B loaded")
+    say(f"valid:      {'yes' if m.valid else 'no'} ({m.reason})")
+    for flag in m.flags:
+        say(f"flag:       {flag}")
+    say(f"baseline:   {base.label()}")
+    if m.valid and base.valid and m.cycles and base.cycles:
+        say(f"speedup:    {base.cycles / m.cycles:.2f}x vs baseline")
+    say(f"store:      {store_path} ({'cached' if m.cached else 'new'})")
+    return 0 if m.valid else 1
 
 
 # --------------------------------------------------------------------------- helpers

@@ -1,0 +1,115 @@
+"""Measurement backends: who turns compiled variants into Measurements.
+
+Every backend has the same small interface, so the evaluation pipeline (harness/evaluate.py)
+does not care whether numbers come from a GPU, from the store, or from a static estimate:
+
+* ``name``: "gpu", "replay" or "static"; ``device``: the device name results are stored
+  under (a GPU's name, or ``"static"``);
+* ``writes_store``: whether the pipeline should store what it answers (replay: no);
+* ``measure_many(spec, variants, baseline=None) -> list[Measurement]``, one per variant, in
+  order. Every variant handed over compiled cleanly and has a unique ``code_hash``;
+  ``baseline`` is the kernel's baseline measurement when known (for the >10x flag);
+* ``close()``.
+
+``make_backend("auto" | "gpu" | "replay" | "static", ...)`` builds one; "auto" picks the GPU
+when CuPy imports and sees a device, else static, and says which in ``chosen_because``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from genomes.errors import EvoError
+from genomes.genome import GeneOutcome, Genome
+from harness.compile import CompileResult
+from harness.record import Measurement
+
+BACKENDS = ("auto", "gpu", "replay", "static")
+
+
+@dataclass
+class Variant:
+    """One candidate on its way through the pipeline: genome, PTX, and once compiled, code.
+
+    ``code_hash`` is :func:`harness.store.code_hash` of the compiled cubin; ``is_baseline``
+    marks the kernel's own unmodified PTX (checked against the NumPy reference, not itself).
+    """
+
+    genome: Genome
+    ptx: str
+    ptx_hash: str
+    outcomes: list[GeneOutcome] = field(default_factory=list)
+    compiled: CompileResult | None = None
+    code_hash: str = ""
+    is_baseline: bool = False
+
+
+class Backend:
+    """The interface every backend implements (see the module docstring)."""
+
+    name = "backend"
+    device = ""
+    writes_store = True
+    chosen_because = ""
+
+    def measure_many(self, spec, variants: list[Variant],
+                     baseline: Measurement | None = None) -> list[Measurement]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """One line for reports: backend, device, and why it was chosen."""
+        why = f" ({self.chosen_because})" if self.chosen_because else ""
+        return f"{self.name} on {self.device}{why}"
+
+    def close(self) -> None:
+        """Release what the backend holds (GPU worker processes); safe to call twice."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def gpu_visible() -> tuple[bool, str]:
+    """(True, "") when CuPy imports and sees at least one CUDA device, else (False, why)."""
+    try:
+        import cupy
+    except Exception as err:  # ImportError, or a CUDA library that fails to load
+        return False, f"CuPy not importable ({type(err).__name__})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:
+        return False, f"CuPy sees no CUDA device ({err})"
+    return (count > 0, "" if count > 0 else "CuPy sees no CUDA device")
+
+
+def make_backend(kind: str, *, store=None, gpus: list[int] | None = None, device: str | None = None,
+                 seed: int = 0, arch: str = "sm_90") -> Backend:
+    """Build a backend by name. ``store`` is needed by replay; ``gpus`` by gpu (default [0]);
+    ``device`` names replay's device (default: the store's only GPU device)."""
+    if kind not in BACKENDS:
+        raise EvoError(f"unknown backend {kind!r}; one of {', '.join(BACKENDS)}")
+    why = ""
+    if kind == "auto":
+        ok, reason = gpu_visible()
+        kind, why = ("gpu", "auto: CuPy sees a GPU") if ok else ("static", f"auto: {reason}")
+    if kind == "gpu":
+        from harness.backends.gpu import GpuBackend
+
+        backend: Backend = GpuBackend(gpus or [0], seed=seed, arch=arch)
+    elif kind == "replay":
+        from harness.backends.replay import ReplayBackend
+
+        if store is None:
+            raise EvoError("the replay backend needs a measurement store (--store)")
+        backend = ReplayBackend(store, device)
+    else:
+        from harness.backends.static import StaticBackend
+
+        backend = StaticBackend()
+    backend.chosen_because = why or backend.chosen_because
+    return backend
+
+
+__all__ = ["BACKENDS", "Backend", "Variant", "gpu_visible", "make_backend"]

@@ -1,0 +1,157 @@
+"""The GPU backend: check and time each candidate on real GPUs through ``GpuWorker``s.
+
+One ``GpuWorker`` (a crash-proof child process) per ``--gpus`` id. A worker measures one
+candidate at a time, so measurements on one GPU never overlap; with several GPUs the
+candidates of a batch are spread over them (one thread per GPU pulls the next candidate).
+All GPUs must be the same model: results are stored under one device name, and the store
+must never mix devices.
+
+Per kernel the backend compiles, once, the baseline cubin (its outputs are the reference
+every variant must match) and, for ``timing == "clock64"`` specs, the instrumented variants
+(``harness.instrument``). Each candidate is checked on five fresh input seeds drawn from
+the backend's seeded RNG, and timed on a separate seed, so that a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import queue
+import random
+import socket
+
+from genomes.errors import EvoError
+from harness.backends import Backend, Variant
+from harness.compile import compile_many, compile_ptx
+from harness.record import Measurement
+
+#: Fresh input sets per candidate for the correctness gate.
+CHECK_SEEDS = 5
+
+
+class GpuBackend(Backend):
+    """Measures on the GPUs ``gpus`` (CUDA device ids); see the module docstring."""
+
+    name = "gpu"
+
+    def __init__(self, gpus: list[int], *, seed: int = 0, arch: str = "sm_90",
+                 timeout_s: float = 10.0, worker_factory=None):
+        from harness.worker import GpuWorker
+
+        if not gpus or len(set(gpus)) != len(gpus):
+            raise EvoError(f"--gpus needs distinct device ids, got {gpus}")
+        factory = worker_factory or GpuWorker
+        self.arch, self.timeout_s = arch, timeout_s
+        self.rng = random.Random(seed)
+        self.workers = []
+        try:
+            for gpu in gpus:
+                self.workers.append(factory(gpu))
+            names = {w.device_name() for w in self.workers}
+        except BaseException:
+            self.close()
+            raise
+        if len(names) != 1:
+            self.close()
+            raise EvoError(f"GPUs {gpus} are different models ({', '.join(sorted(names))}); "
+                           "measure on one model at a time so results are comparable")
+        self.device = names.pop()
+        self.gpus = list(gpus)
+        self.host = socket.gethostname()
+        self._baseline_cubins: dict[str, bytes] = {}
+
+    # ------------------------------------------------------------------ per kernel
+    def _baseline_cubin(self, spec) -> bytes:
+        """The unmodified kernel's cubin, compiled once per kernel (the correctness reference)."""
+        if spec.name not in self._baseline_cubins:
+            result = compile_ptx(spec.ptx_text(), self.arch)
+            if not result.ok:
+                raise EvoError(f"kernel {spec.name}: the baseline PTX does not assemble: {result.error}")
+            self._baseline_cubins[spec.name] = result.cubin
+        return self._baseline_cubins[spec.name]
+
+    def _clock_cubins(self, spec, variants: list[Variant]) -> list[bytes | str | None]:
+        """Instrumented cubins for clock64 specs (an error text where that failed), else None."""
+        if spec.timing != "clock64":
+            return [None] * len(variants)
+        from harness.instrument import instrument
+
+        texts: list[str | None] = []
+        errors: dict[int, str] = {}
+        for i, v in enumerate(variants):
+            try:
+                texts.append(instrument(v.ptx, spec.entry))
+            except EvoError as err:
+                texts.append(None)
+                errors[i] = f"cannot instrument for clock64: {err}"
+        todo = [t for t in texts if t is not None]
+        compiled = iter(compile_many(todo, self.arch, workers=os.cpu_count()))
+        out: list[bytes | str | None] = []
+        for i, text in enumerate(texts):
+            if text is None:
+                out.append(errors[i])
+                continue
+            c = next(compiled)
+            out.append(c.cubin if c.ok else f"instrumented variant does not assemble: {c.error}")
+        return out
+
+    # ------------------------------------------------------------------ measuring
+    def measure_many(self, spec, variants: list[Variant],
+                     baseline: Measurement | None = None) -> list[Measurement]:
+        """Check and time each variant; results in order. Failures are invalid Measurements."""
+        from harness.worker import MeasureRequest
+
+        base_cubin = self._baseline_cubin(spec)
+        clocks = self._clock_cubins(spec, variants)
+        base_cycles = baseline.cycles if baseline is not None and baseline.valid else None
+        jobs: list[tuple[int, MeasureRequest | str]] = []
+        for i, (v, clock) in enumerate(zip(variants, clocks)):
+            # Seeds are drawn here, in candidate order, so that a run is reproducible
+            # whichever GPU ends up measuring which candidate.
+            seeds = tuple(self.rng.sample(range(1, 2**31), CHECK_SEEDS + 1))
+            if isinstance(clock, str):
+                jobs.append((i, clock))
+                continue
+            jobs.append((i, MeasureRequest(
+                spec=spec, cubin=v.compiled.cubin, baseline_cubin=base_cubin, clock_cubin=clock,
+                check_seeds=seeds[:CHECK_SEEDS], timing_seed=seeds[CHECK_SEEDS],
+                timeout_s=self.timeout_s, baseline_cycles=base_cycles, kernel_name=spec.name,
+                check_reference=v.is_baseline and spec.reference is not None)))
+
+        idle: queue.Queue = queue.Queue()
+        for w in self.workers:
+            idle.put(w)
+
+        def run(job) -> Measurement:
+            i, request = job
+            if isinstance(request, str):
+                return Measurement(kernel=spec.name, device=self.device, valid=False,
+                                   reason=f"launch error: {request}", backend=self.name)
+            worker = idle.get()  # whichever GPU is free: one candidate per GPU at a time
+            try:
+                m = worker.measure(request)
+            finally:
+                idle.put(worker)
+            m.notes = {**m.notes, "gpu": worker.device_id, "host": self.host}
+            return m
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(self.workers)) as pool:
+            results = list(pool.map(run, jobs))
+        return [self._complete(m, v) for m, v in zip(results, variants)]
+
+    def _complete(self, m: Measurement, v: Variant) -> Measurement:
+        """Add what the worker cannot know: ptxas's figures and the hashes."""
+        c = v.compiled
+        return dataclasses.replace(
+            m, device=self.device, backend=self.name, registers=c.registers,
+            spill_stores=c.spill_stores, spill_loads=c.spill_loads, shared_mem=c.shared_mem,
+            ptx_hash=v.ptx_hash, sass_hash=v.code_hash)
+
+    def close(self) -> None:
+        for w in getattr(self, "workers", []):
+            try:
+                w.close()
+            except Exception:  # closing must not hide the error that led here
+                pass
+        self.workers = []

@@ -1,0 +1,149 @@
+"""Backends on CPU: replay from a real store, the static estimate with real ptxas and
+cuobjdump, auto's choice, and the GPU backend's plumbing with fake workers."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from genomes.errors import EvoError
+from genomes.genome import Genome, parse_inline
+from harness import record
+from harness.backends import Variant, make_backend
+from harness.backends.gpu import CHECK_SEEDS, GpuBackend
+from harness.backends.replay import ReplayBackend
+from harness.backends.static import STATIC_NOTE, StaticBackend
+from harness.evaluate import Evaluator
+from harness.record import Measurement
+from harness.store import STATIC_DEVICE, Store
+from harness.suite import find_kernel
+
+GPU = "NVIDIA H200"
+
+
+def _variant(code: str) -> Variant:
+    return Variant(Genome(), "ptx", "ph-" + code, code_hash=code)
+
+
+# ------------------------------------------------------------------ replay
+def test_replay_hit_miss_and_static_never_answers_a_gpu(tmp_path):
+    spec = find_kernel("gemm_tile_2x2x2")
+    with Store(tmp_path / "s.sqlite") as store:
+        stored = Measurement(kernel=spec.name, device=GPU, valid=True, cycles=123.0, n=200,
+                             timer="clock64", backend="gpu")
+        store.put(GPU, spec.name, "p1", "c1", stored)
+        store.put(STATIC_DEVICE, spec.name, "p2", "c2",
+                  Measurement(kernel=spec.name, device=STATIC_DEVICE, valid=True, cycles=9.0, timer="static"))
+        replay = ReplayBackend(store)  # the only GPU device, found by itself
+        assert replay.device == GPU and not replay.writes_store
+        hit, miss = replay.measure_many(spec, [_variant("c1"), _variant("c2")])
+        assert hit.valid and hit.cycles == 123.0 and hit.cached and hit.timer == "clock64"
+        assert not miss.valid and miss.reason == record.NOT_MEASURED and miss.fitness == float("inf")
+        assert (replay.hits, replay.misses) == (1, 1)
+        static = ReplayBackend(store, STATIC_DEVICE)  # static only when asked for by name
+        assert static.measure_many(spec, [_variant("c2")])[0].is_static
+
+
+def test_replay_needs_a_device_when_ambiguous(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        with pytest.raises(EvoError, match="--device"):
+            make_backend("replay", store=store)
+        store.put(STATIC_DEVICE, "k", "p", "c", Measurement("k", STATIC_DEVICE, True, cycles=1.0, timer="static"))
+        with pytest.raises(EvoError, match="0 GPU devices"):
+            ReplayBackend(store)  # a static record is no answer for a GPU question
+
+
+# ------------------------------------------------------------------ static
+@pytest.fixture(scope="module")
+def static_eval():
+    return Evaluator(StaticBackend(), Store(":memory:"))
+
+
+def test_static_backend_numbers_are_labelled_static(static_eval):
+    spec = find_kernel("gemm_tile_4x6x8")
+    base = static_eval.baseline(spec)
+    [vec] = static_eval.evaluate(spec, [parse_inline("vec_ld,vec_st")])
+    for m in (base, vec):
+        assert m.valid and m.cycles > 0
+        assert m.timer == "static" and m.device == "static" and m.backend == "static"
+        assert m.notes["static"] == STATIC_NOTE and STATIC_NOTE in m.label()
+        assert m.n == 0  # nothing was sampled
+    assert vec.cycles < base.cycles  # fewer, wider memory instructions
+
+
+def test_static_backend_ranks_spilling_variant_worse(static_eval):
+    spec = find_kernel("gemm_tile_8x8x8")
+    base = static_eval.baseline(spec)
+    [spilling] = static_eval.evaluate(spec, [parse_inline("maxnreg(n=24)")])
+    assert spilling.spill_stores > 0, "this ptxas no longer spills here: pick another genome"
+    assert spilling.fitness > base.fitness
+    assert spilling.notes["formula"]["spill_cost"] > 0
+
+
+def test_auto_without_gpu_chooses_static_and_says_why():
+    backend = make_backend("auto")
+    try:
+        from conftest import gpu_available
+
+        if gpu_available():
+            pytest.skip("a GPU is visible here")
+        assert backend.name == "static" and "auto" in backend.chosen_because
+        assert "static" in backend.describe()
+    finally:
+        backend.close()
+
+
+# ------------------------------------------------------------------ gpu plumbing, fake workers
+class FakeWorker:
+    """Stands in for GpuWorker: records requests, answers with the cubin's length as cycles."""
+
+    def __init__(self, device_id, name=GPU):
+        self.device_id, self.name, self.requests, self.closed = device_id, name, [], False
+
+    def device_name(self):
+        return self.name
+
+    def measure(self, request):
+        time.sleep(0.05)  # long enough that a second candidate goes to the other GPU
+        self.requests.append(request)
+        return Measurement(kernel=request.name, device=self.name, valid=True, timer="clock64",
+                           cycles=float(len(request.cubin)), n=30, backend="gpu")
+
+    def close(self):
+        self.closed = True
+
+
+def test_gpu_backend_builds_requests_and_spreads_over_gpus():
+    workers = {}
+
+    def factory(gpu):
+        workers[gpu] = FakeWorker(gpu)
+        return workers[gpu]
+
+    backend = GpuBackend([0, 1], seed=7, worker_factory=factory)
+    ev = Evaluator(backend, Store(":memory:"))
+    spec = find_kernel("gemm_tile_2x2x2")
+    genomes = [parse_inline(g) for g in ("vec_ld", "vec_st", "vec_ld,vec_st", "reorder(strategy=loads_first)")]
+    results = ev.evaluate(spec, genomes)
+    requests = [r for w in workers.values() for r in w.requests]
+    assert backend.device == GPU and all(m.valid and m.device == GPU for m in results)
+    assert len(requests) == 1 + ev.stats.measured  # the baseline first, then each unique code
+    base_req = next(r for r in requests if r.check_reference)
+    assert base_req.baseline_cycles is None and base_req.cubin == base_req.baseline_cubin
+    for r in requests:
+        assert r.clock_cubin and r.clock_cubin != r.cubin  # clock64 spec: instrumented cubin
+        assert len(set(r.check_seeds)) == CHECK_SEEDS and r.timing_seed not in r.check_seeds
+        if r is not base_req:
+            assert r.baseline_cycles == ev.baseline(spec).cycles and not r.check_reference
+    assert len({r.check_seeds for r in requests}) == len(requests)  # fresh seeds per candidate
+    assert ev.stats.measured >= 2 and all(w.requests for w in workers.values())  # both GPUs used
+    assert results[0].registers is not None and results[0].sass_hash and results[0].notes["host"]
+    backend.close()
+    assert all(w.closed for w in workers.values())
+
+
+def test_gpu_backend_refuses_mixed_models():
+    names = iter(["NVIDIA H200", "NVIDIA H100 80GB HBM3"])
+    with pytest.raises(EvoError, match="different models"):
+        GpuBackend([0, 1], worker_factory=lambda gpu: FakeWorker(gpu, next(names)))

@@ -1,0 +1,167 @@
+"""The evaluation pipeline with real ptxas and a real store: dedup at PTX and code level,
+ptxas failures as stored results, `evo measure`, and the throughput benchmark's smoke run."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from genomes import transforms
+from genomes.genome import Genome, parse_inline
+from genomes.ptx import Instruction, Line
+from genomes.transforms.base import Transform
+from harness import record
+from harness.backends import Backend
+from harness.evaluate import Evaluator
+from harness.record import Measurement
+from harness.store import Store
+from harness.suite import find_kernel
+
+KERNEL = "gemm_tile_2x2x2"
+
+
+class CountingBackend(Backend):
+    """A GPU stand-in: 'cycles' = number of the variant's code, every call recorded."""
+
+    name, device = "fake", "Fake GPU"
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def measure_many(self, spec, variants, baseline=None):
+        self.calls.append([v.code_hash for v in variants])
+        return [Measurement(kernel=spec.name, device=self.device, valid=True, timer="clock64",
+                            cycles=100.0 + len(self.calls), n=30, backend=self.name) for v in variants]
+
+
+def _genomes(*texts: str) -> list[Genome]:
+    return [parse_inline(t) for t in texts]
+
+
+def test_ptx_and_code_level_dedup_is_counted(tmp_path):
+    spec, backend = find_kernel(KERNEL), CountingBackend()
+    with Store(tmp_path / "s.sqlite") as store:
+        ev = Evaluator(backend, store)
+        # 255 and 254 differ in PTX (the directive) but not in code; one is repeated.
+        genomes = _genomes("vec_ld,maxnreg(n=255)", "vec_ld,maxnreg(n=254)", "vec_ld,maxnreg(n=255)")
+        first = ev.evaluate(spec, genomes)
+        assert len(backend.calls) == 2 and len(backend.calls[1]) == 1  # baseline, then one code
+        s = ev.stats
+        assert (s.genomes, s.unique_ptx, s.ptx_hits, s.compiled) == (3, 2, 0, 2)
+        assert (s.unique_code, s.code_hits, s.measured, s.ptxas_errors) == (1, 0, 1, 0)
+        assert len({m.cycles for m in first}) == 1 and not any(m.cached for m in first)
+        assert first[0].ptx_hash != first[1].ptx_hash and first[0].sass_hash == first[1].sass_hash
+        assert first[1].notes["genes"][1] == {"gene": "maxnreg(n=254)", "status": "applied", "changes": 1}
+
+        # Again, and with a third budget that also gives the same code: nothing is measured.
+        again = ev.evaluate(spec, _genomes("vec_ld,maxnreg(n=254)", "vec_ld,maxnreg(n=253)"))
+        assert len(backend.calls) == 2 and all(m.cached for m in again)
+        assert (s.unique_ptx, s.ptx_hits, s.compiled, s.unique_code, s.code_hits) == (4, 1, 3, 2, 1)
+        assert again[1].cycles == first[0].cycles
+
+    # A fresh process (new Evaluator) on the same store: PTX-level hits only, no ptxas at all.
+    with Store(tmp_path / "s.sqlite") as store:
+        ev = Evaluator(CountingBackend(), store)
+        ms = ev.evaluate(spec, _genomes("vec_ld,maxnreg(n=253)", ""))
+        assert ev.stats.compiled == 0 and ev.stats.ptx_hits == 2 and all(m.cached for m in ms)
+        assert ms[1].cycles == ev.baseline(spec).cycles  # a genome equal to the baseline is it
+        assert ev.backend.calls == []
+
+
+def test_baseline_code_counts_as_a_code_hit(tmp_path):
+    """maxnreg(n=255) on a small kernel assembles to the baseline's code: not measured again."""
+    spec, backend = find_kernel(KERNEL), CountingBackend()
+    ev = Evaluator(backend, Store(tmp_path / "s.sqlite"))
+    [m] = ev.evaluate(spec, _genomes("maxnreg(n=255)"))
+    assert backend.calls == [[ev.baseline(spec).sass_hash]]  # only the baseline was measured
+    assert m.cached and m.cycles == ev.baseline(spec).cycles and ev.stats.code_hits == 1
+
+
+def _break(module) -> int:
+    """A test-only transform whose output ptxas rejects: it uses an undeclared register."""
+    for fn in module.entries:
+        fn.body.insert(0, Line(Instruction("mov.u32", ("%r_evo_undeclared", "0"))))
+    return 1
+
+
+@pytest.fixture
+def breaking_gene(monkeypatch):
+    monkeypatch.setitem(transforms.registry(), "break_ptx", Transform(
+        name="break_ptx", group=None, summary="test only", applies_when="always", params=(), apply=_break))
+    return "break_ptx"
+
+
+def test_ptxas_failure_is_a_stored_result(tmp_path, breaking_gene):
+    spec, backend = find_kernel(KERNEL), CountingBackend()
+    with Store(tmp_path / "s.sqlite") as store:
+        ev = Evaluator(backend, store)
+        [m, ok] = ev.evaluate(spec, _genomes(breaking_gene, "vec_ld"))
+        assert not m.valid and m.reason.startswith(record.PTXAS_ERROR + ": ")
+        assert "r_evo_undeclared" in m.reason and m.fitness == float("inf")
+        assert ok.valid and ev.stats.ptxas_errors == 1 and ev.stats.measured == 1
+        assert store.stats()["rows"] == 3  # baseline, vec_ld, and the failure
+    with Store(tmp_path / "s.sqlite") as store:
+        ev = Evaluator(CountingBackend(), store)
+        [again] = ev.evaluate(spec, _genomes(breaking_gene))
+        assert again.cached and again.reason == m.reason and ev.stats.compiled == 0
+
+
+def test_replay_through_the_pipeline_never_writes(tmp_path):
+    from harness.backends.replay import ReplayBackend
+
+    spec = find_kernel(KERNEL)
+    with Store(tmp_path / "s.sqlite") as store:
+        Evaluator(CountingBackend(), store).evaluate(spec, _genomes("vec_ld"))
+        rows = store.stats()["rows"]
+        ev = Evaluator(ReplayBackend(store), store)
+        hit, miss = ev.evaluate(spec, _genomes("vec_ld", "vec_st"))
+        assert hit.valid and hit.cached and hit.device == "Fake GPU"
+        assert miss.reason == record.NOT_MEASURED and ev.backend.misses == 1
+        assert store.stats()["rows"] == rows
+
+
+# ------------------------------------------------------------------ CLI and benchmark (static)
+def test_evo_measure_static_labels_every_number(tmp_path, capsys):
+    from evo.cli import main
+
+    store = tmp_path / "s.sqlite"
+    assert main(["measure", "gemm_tile_2x2x2", "--genome", "vec_ld,vec_st", "--backend", "static",
+                 "--store", str(store)]) == 0
+    out = capsys.readouterr().out
+    for key in ("kernel:", "device:", "timer:", "cycles:", "registers:", "spills:", "valid:",
+                "baseline:", "speedup:"):
+        assert key in out, key
+    numeric = [line for line in out.splitlines() if re.search(r"\d", line)]
+    assert numeric and all("static estimate, not measured" in line for line in numeric), out
+    assert "timer:      static" in out and "valid:      yes (ok)" in out
+
+
+def test_bench_throughput_smoke_on_static(tmp_path, capsys):
+    from harness.bench_throughput import main
+
+    out_file = tmp_path / "bench.json"
+    assert main(["--seconds", "0.5", "--backend", "static", "--batch", "3", "--kernels", KERNEL,
+                 "--out", str(out_file)]) == 0
+    text = capsys.readouterr().out
+    summary = json.loads(out_file.read_text())
+    assert summary["static"] and summary["device"] == "static" and summary["batches"] >= 1
+    assert summary["pipeline"]["genomes"] == 3 * summary["batches"]
+    assert summary["valid"] + summary["invalid"] == summary["pipeline"]["genomes"]
+    assert summary["compile_pool"] >= 1 and "unique_candidates_per_s" in summary
+    assert all("static estimate, not measured" in line for line in text.splitlines()
+               if re.search(r"\d", line) and not line.startswith("wrote"))
+
+
+@pytest.mark.gpu
+def test_evo_measure_gpu_vectorized_beats_baseline(tmp_path, capsys):
+    from evo.cli import main
+
+    rc = main(["measure", "gemm_tile_4x6x8", "--genome", "vec_ld,vec_st,maxnreg(n=128)",
+               "--backend", "gpu", "--store", str(tmp_path / "s.sqlite")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "valid:      yes (ok)" in out and "timer:      clock64" in out and "static" not in out
+    speedup = float(re.search(r"speedup:\s+([\d.]+)x", out).group(1))
+    assert speedup > 1.0, out
