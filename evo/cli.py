@@ -77,6 +77,40 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "(default: the store's only GPU device)")
     p.add_argument("--seed", type=int, default=0, help="seed for the check and timing inputs")
     p.set_defaults(func=cmd_measure)
+
+    p = sub.add_parser("run", help="evolve the kernels of the suite (the main job)",
+                       description="Search for faster variants of every kernel in the config's "
+                       "suite (or --kernel), measuring each candidate; writes runs/<name>/.")
+    p.add_argument("--config", type=Path, default=None,
+                   help="config file (default ./evo.toml if present, else built-in defaults)")
+    p.add_argument("--kernel", action="append", metavar="KERNEL",
+                   help="evolve this kernel instead of the suite (repeatable; globs allowed)")
+    p.add_argument("--strategy", choices=("evolve", "greedy", "sweep"))
+    p.add_argument("--generations", type=int, help="generations per kernel (evolve)")
+    p.add_argument("--pop", type=int, help="population size (evolve)")
+    p.add_argument("--max-evals", type=int, help="evaluations per kernel (0 = no cap)")
+    p.add_argument("--seed", type=int, help="every random choice flows from this seed")
+    p.add_argument("--backend", choices=("auto", "gpu", "replay", "static"))
+    p.add_argument("--gpus", type=lambda s: [int(x) for x in s.split(",")], metavar="IDS",
+                   help="comma-separated GPU ids, one worker each (e.g. 0,1)")
+    p.add_argument("--store", help="measurement store (SQLite), shared across runs")
+    p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
+    p.add_argument("--resume", type=Path, metavar="RUN",
+                   help="continue RUN from its last checkpoint (a larger --generations extends it)")
+    p.add_argument("--from-previous", action="store_true",
+                   help="with --resume: use the previous checkpoint (if the last is damaged)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.add_argument("-v", "--verbose", action="store_true", help="a line per generation")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("show", help="table of a run's kernels: baseline, best, speedup, genome")
+    p.add_argument("run", type=Path, metavar="RUN")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("plot", help="write fitness curves (plots/<kernel>.png) and a speedup "
+                                    "summary (plots/summary.png) for one or more runs")
+    p.add_argument("runs", type=Path, nargs="+", metavar="RUN")
+    p.set_defaults(func=cmd_plot)
     return parser
 
 
@@ -196,6 +230,60 @@ def cmd_measure(args) -> int:
         say(f"speedup:    {base.cycles / m.cycles:.2f}x vs baseline")
     say(f"store:      {store_path} ({'cached' if m.cached else 'new'})")
     return 0 if m.valid else 1
+
+
+def cmd_run(args) -> int:
+    from evo import config as config_mod
+    from evo import run
+
+    flags = {"generations": args.generations, "pop": args.pop, "max_evals": args.max_evals,
+             "seed": args.seed, "backend": args.backend, "gpus": args.gpus,
+             "store": args.store, "strategy": args.strategy, "suite": args.kernel}
+    verbosity = 0 if args.quiet else (2 if args.verbose else 1)
+    if args.resume:
+        budget = {k: v for k, v in flags.items() if k in ("generations", "max_evals")}
+        changed = [k for k, v in flags.items() if v is not None and k not in budget]
+        if changed:
+            raise EvoError(f"--resume keeps the run's config; only --generations and "
+                           f"--max-evals may be given (got --{changed[0].replace('_', '-')})")
+        rundir, config, checkpoint = run.resume_run(args.resume, budget, args.from_previous)
+    else:
+        path = args.config or (Path("evo.toml") if Path("evo.toml").is_file() else None)
+        config = config_mod.load(path).override("run", **flags)
+        rundir, checkpoint = run.start_run(config, args.out), None
+        from evo.search import new_checkpoint
+
+        checkpoint = new_checkpoint(config)
+    try:
+        results = run.execute(rundir, config, checkpoint, verbosity)
+    except KeyboardInterrupt:
+        return 130
+    if verbosity:
+        from evo.report import render_table
+
+        print(render_table(results))
+        print(f"\nrun folder: {rundir.path} (evo show / evo plot {rundir.path})")
+    return 0
+
+
+def cmd_show(args) -> int:
+    import tomllib
+
+    from evo.report import render_table, results_from_checkpoint
+    from evo.rundir import RunDir
+
+    rundir = RunDir.open(args.run)
+    strategy = tomllib.loads(rundir.config_text())["run"]["strategy"]
+    print(render_table(results_from_checkpoint(rundir, strategy)))
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from evo.plots import plot_runs
+
+    for path in plot_runs(args.runs):
+        print(f"wrote {path}")
+    return 0
 
 
 # --------------------------------------------------------------------------- helpers

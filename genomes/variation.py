@@ -91,3 +91,18 @@ def crossover_uniform(a: Genome, b: Genome, rng: random.Random,
         if rng.random() < swap_prob:
             g1[i], g2[i] = g2[i], g1[i]
     return Genome(tuple(g1)).effective(), Genome(tuple(g2)).effective()
+
+
+MAXNREG_LADDER = (32, 64, 96, 128, 160, 192, 224, 255)
+
+
+def gene_alphabet(maxnreg_values: tuple[int, ...] = MAXNREG_LADDER) -> list[Gene]:
+    """Every transform with every parameter value (integer params at the given ladder)."""
+    import itertools
+
+    genes = []
+    for t in transforms.registry().values():
+        axes = [p.choices if p.choices is not None else maxnreg_values for p in t.params]
+        for combo in itertools.product(*axes):
+            genes.append(Gene.make(t.name, **dict(zip((p.name for p in t.params), combo))))
+    return genes

@@ -85,9 +85,11 @@ def gpu_visible() -> tuple[bool, str]:
 
 
 def make_backend(kind: str, *, store=None, gpus: list[int] | None = None, device: str | None = None,
-                 seed: int = 0, arch: str = "sm_90") -> Backend:
+                 seed: int = 0, arch: str = "sm_90", timing: dict | None = None) -> Backend:
     """Build a backend by name. ``store`` is needed by replay; ``gpus`` by gpu (default [0]);
-    ``device`` names replay's device (default: the store's only GPU device)."""
+    ``device`` names replay's device (default: the store's only GPU device); ``timing``
+    holds the gpu backend's measuring knobs (check_sets, warmup, min_reps, max_reps,
+    target_rel_sem, timeout_s), as in evo.toml's [timing]."""
     if kind not in BACKENDS:
         raise EvoError(f"unknown backend {kind!r}; one of {', '.join(BACKENDS)}")
     why = ""
@@ -97,7 +99,9 @@ def make_backend(kind: str, *, store=None, gpus: list[int] | None = None, device
     if kind == "gpu":
         from harness.backends.gpu import GpuBackend
 
-        backend: Backend = GpuBackend(gpus or [0], seed=seed, arch=arch)
+        knobs = dict(timing or {})
+        extra = {k: knobs.pop(k) for k in ("check_sets", "timeout_s") if k in knobs}
+        backend: Backend = GpuBackend(gpus or [0], seed=seed, arch=arch, timing=knobs, **extra)
     elif kind == "replay":
         from harness.backends.replay import ReplayBackend
 

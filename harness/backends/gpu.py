@@ -36,13 +36,17 @@ class GpuBackend(Backend):
     name = "gpu"
 
     def __init__(self, gpus: list[int], *, seed: int = 0, arch: str = "sm_90",
-                 timeout_s: float = 10.0, worker_factory=None):
+                 timeout_s: float = 10.0, worker_factory=None, check_sets: int = CHECK_SEEDS,
+                 timing: dict | None = None):
         from harness.worker import GpuWorker
 
         if not gpus or len(set(gpus)) != len(gpus):
             raise EvoError(f"--gpus needs distinct device ids, got {gpus}")
         factory = worker_factory or GpuWorker
         self.arch, self.timeout_s = arch, timeout_s
+        # Timing knobs passed to every MeasureRequest (warmup, min_reps, max_reps,
+        # target_rel_sem); check_sets = fresh input sets per candidate.
+        self.check_sets, self.timing = check_sets, dict(timing or {})
         self.rng = random.Random(seed)
         self.workers = []
         try:
@@ -109,13 +113,13 @@ class GpuBackend(Backend):
         for i, (v, clock) in enumerate(zip(variants, clocks)):
             # Seeds are drawn here, in candidate order, so that a run is reproducible
             # whichever GPU ends up measuring which candidate.
-            seeds = tuple(self.rng.sample(range(1, 2**31), CHECK_SEEDS + 1))
+            seeds = tuple(self.rng.sample(range(1, 2**31), self.check_sets + 1))
             if isinstance(clock, str):
                 jobs.append((i, clock))
                 continue
             jobs.append((i, MeasureRequest(
                 spec=spec, cubin=v.compiled.cubin, baseline_cubin=base_cubin, clock_cubin=clock,
-                check_seeds=seeds[:CHECK_SEEDS], timing_seed=seeds[CHECK_SEEDS],
+                check_seeds=seeds[:-1], timing_seed=seeds[-1], **self.timing,
                 timeout_s=self.timeout_s, baseline_cycles=base_cycles, kernel_name=spec.name,
                 check_reference=v.is_baseline and spec.reference is not None)))
 

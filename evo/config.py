@@ -1,0 +1,172 @@
+"""``evo.toml``: typed, strictly validated configuration.
+
+The file has one table per dataclass below. Every key is checked: an unknown key, a
+wrong type or an out-of-range value is one ``ConfigError`` naming the file, the key and
+(for unknown keys) the closest valid key. CLI flags override file values through
+``Config.override``; the resolved config is written into the run as TOML by ``dumps``,
+the one serializer (the same code reads it back on resume).
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from genomes.errors import EvoError
+
+STRATEGIES = ("evolve", "greedy", "sweep")
+BACKENDS = ("auto", "gpu", "replay", "static")
+
+
+class ConfigError(EvoError):
+    """A bad evo.toml or CLI override."""
+
+
+def _opt(default, *, lo=None, hi=None, choices=None, doc=""):
+    """A field with its allowed range; ``doc`` is shown by errors and the default file."""
+    meta = {"lo": lo, "hi": hi, "choices": choices, "doc": doc}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    suite: list = _opt(["gemm_tile_4x6x8"], doc="kernel names or glob patterns")
+    strategy: str = _opt("evolve", choices=STRATEGIES)
+    generations: int = _opt(9, lo=0, hi=100000)
+    pop: int = _opt(5, lo=1, hi=10000)
+    max_evals: int = _opt(0, lo=0, doc="evaluations per kernel; 0 = no cap")
+    seed: int = _opt(1, lo=0)
+    backend: str = _opt("auto", choices=BACKENDS)
+    gpus: list = _opt([0], doc="GPU ids: one worker per GPU")
+    store: str = _opt("runs/store.sqlite", doc="measurement store shared across runs")
+    device: str = _opt("", doc="device name for the replay backend ('' = the only one)")
+
+
+@dataclass(frozen=True)
+class EvolveConfig:
+    elites: int = _opt(1, lo=0, doc="best individuals copied unchanged into the next generation")
+    tournament: int = _opt(3, lo=1)
+    cxpb: float = _opt(0.5, lo=0.0, hi=1.0, doc="crossover probability per pair")
+    mutpb: float = _opt(0.9, lo=0.0, hi=1.0, doc="mutation probability per child")
+    init_max_len: int = _opt(3, lo=1, hi=64, doc="random initial genomes have 1..this genes")
+    max_len: int = _opt(8, lo=1, hi=256, doc="genomes never grow past this")
+
+
+@dataclass(frozen=True)
+class GreedyConfig:
+    max_steps: int = _opt(6, lo=1, hi=64)
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    check_sets: int = _opt(5, lo=1, hi=100, doc="fresh random input sets per candidate")
+    warmup: int = _opt(10, lo=0)
+    min_reps: int = _opt(30, lo=3)
+    max_reps: int = _opt(1000, lo=3)
+    target_rel_sem: float = _opt(0.005, lo=0.0, hi=1.0)
+    timeout_s: float = _opt(10.0, lo=0.1, doc="per candidate, on the GPU")
+
+
+@dataclass(frozen=True)
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    evolve: EvolveConfig = field(default_factory=EvolveConfig)
+    greedy: GreedyConfig = field(default_factory=GreedyConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+
+    def override(self, section: str, **values: Any) -> Config:
+        """A copy with some keys of one section replaced (CLI flags); values are checked."""
+        current = getattr(self, section)
+        table = {f.name: getattr(current, f.name) for f in fields(current)}
+        table.update({k: v for k, v in values.items() if v is not None})
+        return replace(self, **{section: _build(type(current), table, f"[{section}]", "<cli>")})
+
+    def to_dict(self) -> dict:
+        return {f.name: {g.name: getattr(getattr(self, f.name), g.name)
+                         for g in fields(getattr(self, f.name))} for f in fields(self)}
+
+
+def load(path: str | Path | None) -> Config:
+    """Read and validate a config file; ``None`` or a missing default file gives defaults."""
+    if path is None:
+        return Config()
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+    return from_dict(data, str(path))
+
+
+def from_dict(data: dict, source: str = "<config>") -> Config:
+    sections = {f.name: f for f in fields(Config)}
+    built = {}
+    for name, table in data.items():
+        if name not in sections:
+            raise ConfigError(f"{source}: unknown section [{name}]{_closest(name, sections)}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: [{name}] must be a table")
+        built[name] = _build(get_type_hints(Config)[name], table, f"[{name}]", source)
+    return Config(**built)
+
+
+def _build(cls, table: dict, where: str, source: str):
+    hints = get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    values = {}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"{source}: unknown key {key!r} in {where}{_closest(key, known)}")
+        values[key] = _check(key, value, hints[key], known[key].metadata, where, source)
+    return cls(**values)
+
+
+def _check(key: str, value: Any, kind: type, meta, where: str, source: str) -> Any:
+    name = f"{where} {key}"
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if kind is list and isinstance(value, (str, int)):
+        value = [value]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{source}: {name} must be {kind.__name__}, got {value!r}")
+    if meta.get("choices") and value not in meta["choices"]:
+        raise ConfigError(f"{source}: {name} must be one of {', '.join(meta['choices'])}, "
+                          f"got {value!r}{_closest(str(value), meta['choices'])}")
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if lo is not None and value < lo or hi is not None and value > hi:
+        span = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        raise ConfigError(f"{source}: {name} must be {span}, got {value!r}")
+    return value
+
+
+def _closest(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def dumps(config: Config) -> str:
+    """The config as TOML (the resolved config saved in a run folder)."""
+    lines = []
+    for section, table in config.to_dict().items():
+        lines.append(f"[{section}]")
+        lines.extend(f"{k} = {_toml(v)}" for k, v in table.items())
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value)
+

@@ -1,0 +1,153 @@
+"""``evo plot``: fitness curves per kernel and a speedup summary, as PNG (headless).
+
+Reads only ``events.jsonl`` and ``config.toml`` of each run, so it works on a finished,
+interrupted or still-running run alike. matplotlib is imported here, lazily, with the
+Agg backend: no display is needed.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+
+from evo.rundir import RunDir
+
+STATIC_NOTE = "static estimate, not measured (no GPU)"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def kernel_series(events: list[dict]) -> dict[str, dict]:
+    """Per kernel: eval points, generation best/median, baseline, whether static."""
+    out: dict[str, dict] = defaultdict(lambda: {"evals": [], "gens": [], "baseline": None,
+                                                "static": False})
+    for e in events:
+        k = out[e["kernel"]]
+        if e["type"] == "eval":
+            k["evals"].append(e)
+            k["static"] |= e.get("timer") == "static"
+            if e["genome"] == {"genes": []} and e["valid"]:
+                k["baseline"] = e["cycles"]
+        elif e["type"] == "generation":
+            k["gens"].append(e)
+    return dict(out)
+
+
+def plot_kernel(name: str, series: dict, path: Path) -> Path:
+    plt = _pyplot()
+    fig, (ax_gen, ax_eval) = plt.subplots(1, 2, figsize=(12, 4.5))
+    base = series["baseline"]
+    gens = series["gens"]
+    xs = [g["generation"] for g in gens]
+    ax_gen.plot(xs, [_nan(g["best"]) for g in gens], "o-", label="best")
+    ax_gen.plot(xs, [_nan(g["median"]) for g in gens], "s--", label="median")
+    ax_gen.set_xlabel("generation")
+    evals = series["evals"]
+    valid = [(i, e["cycles"]) for i, e in enumerate(evals, 1) if e["valid"] and e["cycles"]]
+    invalid = [i for i, e in enumerate(evals, 1) if not e["valid"]]
+    if valid:
+        ax_eval.scatter(*zip(*valid), s=14, label="valid")
+        running, best = [], math.inf
+        for i, e in enumerate(evals, 1):
+            if e["valid"] and e["cycles"]:
+                best = min(best, e["cycles"])
+            running.append(_nan(best if math.isfinite(best) else None))
+        ax_eval.plot(range(1, len(evals) + 1), running, "-", label="best so far")
+    if invalid:
+        top = max((c for _, c in valid), default=1.0)
+        ax_eval.scatter(invalid, [top * 1.05] * len(invalid), marker="x", color="red",
+                        label=f"invalid ({len(invalid)})")
+    ax_eval.set_xlabel("evaluation")
+    unit = "cycles (static estimate)" if series["static"] else "cycles (median)"
+    for ax in (ax_gen, ax_eval):
+        ax.set_ylabel(unit)
+        if base:
+            ax.axhline(base, color="gray", linestyle=":", label="baseline")
+            speed = ax.secondary_yaxis("right", functions=(lambda c, b=base: b / _safe(c),
+                                                           lambda s, b=base: b / _safe(s)))
+            speed.set_ylabel("speedup vs baseline")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    title = name + (f" — {STATIC_NOTE}" if series["static"] else "")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _nan(value):
+    return float("nan") if value is None else value
+
+
+def _safe(values):
+    import numpy as np
+
+    values = np.asarray(values, dtype=float)
+    return np.where(values == 0, np.nan, values)
+
+
+def run_strategy(run: RunDir) -> str:
+    return tomllib.loads(run.config_text())["run"]["strategy"]
+
+
+def best_speedups(run: RunDir) -> tuple[dict[str, float], bool]:
+    """Per kernel: baseline / best valid cycles over the run's evaluations."""
+    out, static = {}, False
+    for name, s in kernel_series(run.events()).items():
+        static |= s["static"]
+        cycles = [e["cycles"] for e in s["evals"] if e["valid"] and e["cycles"]]
+        if s["baseline"] and cycles:
+            out[name] = s["baseline"] / min(cycles)
+    return out, static
+
+
+def plot_summary(runs: list[RunDir], path: Path) -> Path:
+    """Speedup per kernel; one bar per strategy (or per run) when several are given."""
+    plt = _pyplot()
+    groups: dict[str, dict[str, float]] = {}
+    static = False
+    for run in runs:
+        label = run_strategy(run)
+        if label in groups:
+            label = f"{label} ({run.path.name})"
+        groups[label], st = best_speedups(run)
+        static |= st
+    kernels = sorted({k for g in groups.values() for k in g})
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(kernels) * max(1, len(groups))), 4.5))
+    width = 0.8 / max(1, len(groups))
+    for i, (label, speeds) in enumerate(groups.items()):
+        xs = [j + i * width for j in range(len(kernels))]
+        ax.bar(xs, [speeds.get(k, 0.0) for k in kernels], width, label=label)
+    ax.axhline(1.0, color="gray", linestyle=":")
+    ax.set_xticks([j + width * (len(groups) - 1) / 2 for j in range(len(kernels))])
+    ax.set_xticklabels(kernels, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("speedup vs baseline" + (" (static estimate)" if static else ""))
+    ax.set_title("best speedup per kernel" + (f" — {STATIC_NOTE}" if static else ""))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_runs(paths: list[Path]) -> list[Path]:
+    """Write ``plots/<kernel>.png`` into each run and ``plots/summary.png`` into the first."""
+    runs = [RunDir.open(p) for p in paths]
+    written = []
+    for run in runs:
+        for name, series in kernel_series(run.events()).items():
+            written.append(plot_kernel(name, series, run.path / "plots" / f"{name}.png"))
+    written.append(plot_summary(runs, runs[0].path / "plots" / "summary.png"))
+    return written

@@ -1,0 +1,92 @@
+"""What a run found, as a table (``evo show``) and as ``report.md``.
+
+Both read the run's checkpoint, so they agree with what ``--resume`` would continue from.
+Numbers from the static backend are labelled "static estimate, not measured" wherever
+they appear.
+"""
+
+from __future__ import annotations
+
+from genomes.genome import Genome
+
+from evo import strategies
+from evo.rundir import RunDir
+from evo.search import KernelResult
+
+STATIC = "static estimate, not measured"
+
+
+def results_from_checkpoint(run: RunDir, strategy_name: str) -> list[KernelResult]:
+    checkpoint = run.read_checkpoint()
+    strategy = strategies.get(strategy_name)
+    out = []
+    for kernel, data in checkpoint["kernels"].items():
+        genome_json, _ = strategy.best(data["state"])
+        key = Genome.from_json(genome_json).effective().dumps()
+        out.append(KernelResult(kernel, data["known"].get(Genome().dumps()), genome_json,
+                                data["known"].get(key), data["evals"],
+                                data["state"].get("generation", 0)))
+    return out
+
+
+def _cycles(summary: dict | None) -> str:
+    if not summary:
+        return "-"
+    if not summary["valid"] or summary["cycles"] is None:
+        return f"invalid ({summary['reason']})"
+    return f"{summary['cycles']:.0f}"
+
+
+def speedup(result: KernelResult) -> float | None:
+    b, x = result.baseline, result.best
+    if not (b and x and b["valid"] and x["valid"] and b["cycles"] and x["cycles"]):
+        return None
+    return b["cycles"] / x["cycles"]
+
+
+def is_static(result: KernelResult) -> bool:
+    return any(s and s.get("timer") == "static" for s in (result.baseline, result.best))
+
+
+def kernel_line(result: KernelResult) -> str:
+    s = speedup(result)
+    tag = f" [{STATIC}]" if is_static(result) else ""
+    gain = f"{s:.2f}x" if s else "-"
+    return (f"{result.kernel}: baseline {_cycles(result.baseline)} -> best "
+            f"{_cycles(result.best)} cycles ({gain}), {result.evals} evaluations, "
+            f"best genome {Genome.from_json(result.best_genome)}{tag}")
+
+
+def table_rows(results: list[KernelResult]) -> list[tuple]:
+    rows = []
+    for r in results:
+        s = speedup(r)
+        rows.append((r.kernel, _cycles(r.baseline), _cycles(r.best),
+                     f"{s:.2f}x" if s else "-", str(Genome.from_json(r.best_genome)),
+                     str(r.evals), "static" if is_static(r) else (r.best or {}).get("timer", "")))
+    return rows
+
+
+HEADER = ("kernel", "baseline", "best", "speedup", "best genome", "evals", "timer")
+
+
+def render_table(results: list[KernelResult]) -> str:
+    rows = [HEADER, *table_rows(results)]
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(HEADER))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    if any(is_static(r) for r in results):
+        lines.append(f"cycles: {STATIC} (no GPU; ranked by ptxas/SASS figures)")
+    return "\n".join(lines)
+
+
+def render_report(run: RunDir, results: list[KernelResult], backend: str) -> str:
+    static = any(is_static(r) for r in results)
+    lines = [f"# evo run `{run.path.name}`", "", f"Measured with: {backend}."]
+    if static:
+        lines += ["", f"**All cycle figures are a {STATIC}**: no GPU was used."]
+    lines += ["", "| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
+    for row in table_rows(results):
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+    lines += ["", "Best PTX and genomes are in `best/`; every evaluation is in `events.jsonl`.",
+              "Plots: `evo plot " + str(run.path) + "`.", ""]
+    return "\n".join(lines)

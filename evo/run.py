@@ -1,0 +1,134 @@
+"""``evo run``: resolve the suite, open the run folder, search every kernel, write results.
+
+This module wires the parts together; the search itself is ``evo.search``, the run folder
+``evo.rundir``, measuring ``harness.evaluate``, and the report ``evo.report``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import signal
+import sys
+import tomllib
+from contextlib import contextmanager
+from pathlib import Path
+
+from genomes.errors import EvoError
+from genomes.genome import Genome, apply_genome
+from harness.spec import KernelSpec
+from harness.suite import find_kernel, list_kernels
+
+from evo import config as config_mod
+from evo import report
+from evo.config import Config
+from evo.progress import Progress
+from evo.rundir import RunDir, RunDirError, default_name
+from evo.search import check_resumable, new_checkpoint, search_kernel
+
+
+def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
+    """Kernels named by suite names, glob patterns over the suite, or spec/PTX paths."""
+    suite = list_kernels()
+    chosen: list[KernelSpec] = []
+    for pattern in patterns:
+        if any(ch in pattern for ch in "*?["):
+            matches = [k for k in suite if fnmatch.fnmatch(k.name, pattern)]
+            if not matches:
+                raise EvoError(f"suite pattern {pattern!r} matches no kernel (see `evo kernels`)")
+        else:
+            matches = [find_kernel(pattern)]
+        chosen.extend(m for m in matches if m.name not in {c.name for c in chosen})
+    if not chosen:
+        raise EvoError("the suite is empty: name kernels in [run] suite or with --kernel")
+    return chosen
+
+
+def start_run(config: Config, out: Path | None) -> RunDir:
+    return RunDir.create(out or Path("runs") / default_name(), config_mod.dumps(config))
+
+
+def resume_run(path: Path, overrides: dict, from_previous: bool = False
+               ) -> tuple[RunDir, Config, dict]:
+    """Open a run to continue: its saved config with budget overrides, and its checkpoint."""
+    run = RunDir.open(path)
+    saved = config_mod.from_dict(tomllib.loads(run.config_text()), str(run.path / "config.toml"))
+    config = saved.override("run", **overrides) if overrides else saved
+    checkpoint = run.read_checkpoint(use_previous=from_previous) if run.has_checkpoint() \
+        else new_checkpoint(config)
+    problem = check_resumable(checkpoint, config)
+    if problem:
+        raise RunDirError(f"cannot resume {path}: {problem}")
+    run.write_config(config_mod.dumps(config))
+    return run, config, checkpoint
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM behaves like Ctrl-C: the loop stops at once, the checkpoint stays valid."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -> list:
+    """Search every kernel; write best kernels, report; return the per-kernel results."""
+    from harness.backends import make_backend
+    from harness.evaluate import Evaluator
+    from harness.store import Store
+
+    kernels = resolve_suite(config.run.suite)
+    store = Store(config.run.store)
+    backend = make_backend(config.run.backend, store=store, gpus=config.run.gpus,
+                           device=config.run.device or None, seed=config.run.seed,
+                           timing=config.to_dict()["timing"])
+    checkpoint.setdefault("backend", backend.describe())
+    evaluator = Evaluator(backend, store)
+    progress = Progress(len(kernels), verbosity)
+    progress.note(f"run folder {run.path}; measuring with {backend.describe()}")
+    results = []
+    save = lambda: run.write_checkpoint(checkpoint)  # noqa: E731
+    try:
+        with _sigterm_as_interrupt(), backend:
+            for spec in kernels:
+                progress.start_kernel(spec.name, _total_generations(config))
+                measure = _measurer(evaluator, spec, progress)
+                result = search_kernel(spec.name, config, measure, run.append_events,
+                                       checkpoint, save, on_generation=progress.generation)
+                _write_best(run, spec, result)
+                results.append(result)
+                progress.end_kernel(result)
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"evo: interrupted; the last finished generation is saved. Continue with:\n"
+              f"  evo run --resume {run.path}", file=sys.stderr)
+        raise
+    finally:
+        store.close()
+    progress.close()
+    run.write_text("report.md", report.render_report(run, results, backend.describe()))
+    return results
+
+
+def _total_generations(config: Config) -> int:
+    strategy = config.run.strategy
+    return {"evolve": config.run.generations, "greedy": config.greedy.max_steps,
+            "sweep": 1}[strategy]
+
+
+def _measurer(evaluator, spec: KernelSpec, progress: Progress):
+    def measure(genomes: list[Genome]):
+        results = evaluator.evaluate(spec, genomes)
+        progress.evaluated(results)
+        return results
+    return measure
+
+
+def _write_best(run: RunDir, spec: KernelSpec, result) -> None:
+    genome = Genome.from_json(result.best_genome)
+    applied = apply_genome(spec.ptx_text(), genome)
+    run.write_best(spec.name, applied.ptx, genome.to_json())

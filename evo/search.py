@@ -1,0 +1,198 @@
+"""The search loop: every kernel of the suite, one generation at a time, checkpointed.
+
+``run_search`` drives a strategy (``evo.strategies``) over each kernel. A ``KernelSearch``
+is what a strategy sees: the seeded RNG, the config, the budget, and ``evaluate`` — which
+answers repeated genomes from the run's own memory, sends new ones through the harness
+``Evaluator`` (store, ptxas, backend), and logs one event per evaluation.
+
+After every generation the checkpoint (every kernel's strategy state, its RNG state,
+evaluation count and evaluated genomes) is written atomically, so ``--resume`` continues
+at the next generation and ends exactly where an uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+from genomes.genome import Genome
+from harness.record import Measurement
+
+from evo import strategies
+from evo.config import Config
+
+CHECKPOINT_VERSION = 1
+
+
+def kernel_seed(seed: int, kernel: str) -> int:
+    """A per-kernel seed: kernels do not share random streams, and adding one to the
+    suite does not change the others' searches."""
+    digest = hashlib.sha256(f"{seed}:{kernel}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+@dataclass
+class KernelSearch:
+    """One kernel's search: what a strategy calls back into."""
+
+    kernel: str
+    config: Config
+    rng: random.Random
+    measure: Callable[[list[Genome]], list[Measurement]]  # the harness, for new genomes
+    on_events: Callable[[list[dict]], None]
+    known: dict[str, dict] = field(default_factory=dict)  # genome key -> result summary
+    evals: int = 0
+
+    def budget_left(self) -> int | None:
+        cap = self.config.run.max_evals
+        return None if cap == 0 else max(0, cap - self.evals)
+
+    def seen(self, genome: Genome) -> bool:
+        return _key(genome) in self.known
+
+    def evaluate(self, genomes: list[Genome], generation: int) -> list[Measurement]:
+        """Measurements for ``genomes`` (in order); new genomes count against the budget.
+
+        Genomes beyond the budget are not measured: they come back invalid with reason
+        "over budget" and are not remembered, so they never reach the checkpoint as real.
+        """
+        new: list[Genome] = []
+        for g in genomes:
+            k = _key(g)
+            if k not in self.known and all(_key(n) != k for n in new):
+                new.append(g)
+        left = self.budget_left()
+        if left is not None:
+            new = new[:left]
+        fresh = dict(zip((_key(g) for g in new), self.measure(new))) if new else {}
+        self.evals += len(fresh)
+        events = []
+        for k, m in fresh.items():
+            self.known[k] = _summary(m)
+            events.append({"type": "eval", "kernel": self.kernel, "generation": generation,
+                           "genome": json.loads(k), **self.known[k]})
+        self.on_events(events)
+        out = []
+        for g in genomes:
+            k = _key(g)
+            out.append(_measurement(self.kernel, self.known[k]) if k in self.known
+                       else Measurement(self.kernel, "", False, "over budget"))
+        return out
+
+    # --- checkpoint data ---------------------------------------------------------------
+    def to_json(self, state: dict, done: bool) -> dict:
+        version, internal, gauss = self.rng.getstate()
+        return {"state": state, "done": done, "evals": self.evals, "known": self.known,
+                "rng": [version, list(internal), gauss]}
+
+    def restore(self, data: dict) -> dict:
+        version, internal, gauss = data["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.evals = data["evals"]
+        self.known = dict(data["known"])
+        return data["state"]
+
+
+def _key(genome: Genome) -> str:
+    return genome.effective().dumps()
+
+
+def _summary(m: Measurement) -> dict:
+    """What the run remembers of a measurement (JSON; also the eval event's fields)."""
+    return {"cycles": m.cycles, "valid": m.valid, "reason": m.reason, "timer": m.timer,
+            "device": m.device, "backend": m.backend, "registers": m.registers,
+            "spill_stores": m.spill_stores, "cached": m.cached, "p10": m.p10, "p90": m.p90,
+            "n": m.n, "flags": list(m.flags)}
+
+
+def _measurement(kernel: str, s: dict) -> Measurement:
+    return Measurement(kernel=kernel, device=s["device"], valid=s["valid"], reason=s["reason"],
+                       cycles=s["cycles"], p10=s["p10"], p90=s["p90"], n=s["n"],
+                       timer=s["timer"], backend=s["backend"], registers=s["registers"],
+                       spill_stores=s["spill_stores"], flags=list(s["flags"]),
+                       cached=s["cached"])
+
+
+@dataclass
+class KernelResult:
+    kernel: str
+    baseline: dict | None
+    best_genome: dict
+    best: dict | None
+    evals: int
+    generations: int
+
+
+def search_kernel(kernel: str, config: Config, measure, on_events, checkpoint: dict,
+                  save: Callable[[], None], on_generation=None) -> KernelResult:
+    """Run (or resume) one kernel's search to the end, checkpointing each generation.
+
+    ``checkpoint["kernels"][kernel]`` is read to resume and written after every generation;
+    ``save()`` persists the whole checkpoint.
+    """
+    strategy = strategies.get(config.run.strategy)
+    search = KernelSearch(kernel, config, random.Random(kernel_seed(config.run.seed, kernel)),
+                          measure, on_events)
+    saved = checkpoint["kernels"].get(kernel)
+    state = search.restore(saved) if saved else strategy.start(search)
+    while not strategy.finished(state, search):
+        state = strategy.step(state, search)
+        checkpoint["kernels"][kernel] = search.to_json(state, done=False)
+        events = [_generation_event(kernel, state, search)]
+        on_events(events)
+        save()
+        if on_generation:
+            on_generation(events[0])
+    checkpoint["kernels"][kernel] = search.to_json(state, done=True)
+    save()
+    genome_json, _ = strategy.best(state)
+    best_key = Genome.from_json(genome_json).effective().dumps()
+    return KernelResult(kernel, search.known.get(Genome().dumps()), genome_json,
+                        search.known.get(best_key), search.evals, state.get("generation", 0))
+
+
+def _generation_event(kernel: str, state: dict, search: KernelSearch) -> dict:
+    fits = sorted(s["cycles"] if s["valid"] and s["cycles"] is not None else math.inf
+                  for s in search.known.values())
+    # Best and median over this generation's population where the strategy has one,
+    # else over everything evaluated so far.
+    pop = state.get("population")
+    if pop:
+        fits = sorted(item["fitness"] if item["fitness"] is not None else math.inf
+                      for item in pop)
+    best = fits[0] if fits else math.inf
+    finite = [f for f in fits if math.isfinite(f)]
+    return {"type": "generation", "kernel": kernel, "generation": state.get("generation", 0),
+            "best": None if math.isinf(best) else best,
+            "median": statistics.median(finite) if finite else None,
+            "invalid": len(fits) - len(finite), "evals": search.evals}
+
+
+def new_checkpoint(config: Config) -> dict:
+    return {"version": CHECKPOINT_VERSION, "config_hash": _config_hash(config),
+            "kernels": {}}
+
+
+def _config_hash(config: Config) -> str:
+    """The config fields that change results (not budgets, which may be extended, nor
+    where the store lives or which GPU ids measure)."""
+    d = config.to_dict()
+    for key in ("generations", "max_evals", "store", "gpus"):
+        d["run"].pop(key, None)
+    d["greedy"].pop("max_steps", None)
+    return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
+
+
+def check_resumable(checkpoint: dict, config: Config) -> str | None:
+    """None when ``config`` may continue this checkpoint, else the reason it may not."""
+    if checkpoint.get("version") != CHECKPOINT_VERSION:
+        return f"checkpoint version {checkpoint.get('version')} is not {CHECKPOINT_VERSION}"
+    if checkpoint.get("config_hash") != _config_hash(config):
+        return ("the config changed in a way that changes results (only --generations and "
+                "--max-evals may differ on --resume)")
+    return None

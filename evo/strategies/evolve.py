@@ -1,0 +1,144 @@
+"""Evolve: a generational genetic algorithm with real elitism (the default strategy).
+
+Generation 1 evaluates the initial population: the baseline (the empty genome) and
+``pop - 1`` random genomes of 1..``init_max_len`` genes. Every later generation:
+
+1. copy the best ``elites`` individuals unchanged into the next generation;
+2. fill the rest by tournament selection (size ``tournament``) of parents;
+3. pair them and, with probability ``cxpb``, cross each pair over (one-point or uniform,
+   half and half); then mutate each child with probability ``mutpb`` (insert, delete,
+   replace, swap or re-parameterize a gene). Children equal to a genome already
+   evaluated are mutated again (a few tries), so the budget goes to new genomes;
+4. evaluate the children; the new population is elites + children.
+
+Fitness is median cycles (lower is better; invalid = +inf), held in DEAP ``Fitness``
+objects; elites come from ``deap.tools.selBest``, the per-generation statistics from
+``deap.tools.Logbook``. Every random draw uses the kernel's seeded RNG.
+
+| option       | default | meaning                                      |
+| ------------ | ------- | -------------------------------------------- |
+| elites       | 1       | best individuals kept unchanged              |
+| tournament   | 3       | tournament size for parent selection         |
+| cxpb         | 0.5     | crossover probability per pair               |
+| mutpb        | 0.9     | mutation probability per child               |
+| init_max_len | 3       | random initial genomes have 1..this genes    |
+| max_len      | 8       | genomes never grow past this                 |
+"""
+
+from __future__ import annotations
+
+import math
+
+from deap import base, tools
+
+from genomes.genome import Genome
+from genomes.variation import crossover_one_point, crossover_uniform, mutate, random_genome
+
+RETRIES = 4  # extra mutations to turn an already-seen child into a new genome
+
+
+class FitnessMin(base.Fitness):
+    weights = (-1.0,)
+
+
+class Individual(list):
+    """A genome's genes as a DEAP individual (a list with a ``fitness``)."""
+
+    def __init__(self, genome: Genome, fitness: float | None = None):
+        super().__init__(genome.genes)
+        self.fitness = FitnessMin()
+        if fitness is not None:
+            self.fitness.values = (fitness,)
+
+    @property
+    def genome(self) -> Genome:
+        return Genome(tuple(self))
+
+
+def start(search) -> dict:
+    return {"generation": 0, "population": [], "logbook": []}
+
+
+def step(state: dict, search) -> dict:
+    cfg = search.config.evolve
+    pop_size = search.config.run.pop
+    rng = search.rng
+    generation = state["generation"] + 1
+    if not state["population"]:
+        genomes = [Genome()]
+        while len(genomes) < pop_size:
+            genomes.append(_novel(random_genome(rng, 1, cfg.init_max_len), genomes, search, rng))
+        elites: list[Individual] = []
+    else:
+        population = [_from_json(item) for item in state["population"]]
+        elites = tools.selBest(population, min(cfg.elites, len(population)))
+        parents = [_tournament(population, cfg.tournament, rng)
+                   for _ in range(pop_size - len(elites))]
+        children = [p.genome for p in parents]
+        for i in range(0, len(children) - 1, 2):
+            if rng.random() < cfg.cxpb:
+                cross = crossover_one_point if rng.random() < 0.5 else crossover_uniform
+                children[i], children[i + 1] = cross(children[i], children[i + 1], rng)
+        genomes = []
+        for child in children:
+            if rng.random() < cfg.mutpb:
+                child = mutate(child, rng, cfg.max_len)[0]
+            genomes.append(_novel(child, genomes, search, rng))
+    results = search.evaluate(genomes, generation=generation)
+    # +inf (invalid) is a legal DEAP fitness value: it sorts last.
+    offspring = [Individual(g, r.fitness) for g, r in zip(genomes, results)]
+    population = elites + offspring
+    fits = sorted(_value(ind) for ind in population)
+    logbook = tools.Logbook()
+    logbook.record(gen=generation, best=_json_fit(fits[0]),
+                   median=_json_fit(fits[len(fits) // 2]), evals=search.evals)
+    return {"generation": generation,
+            "population": [_to_json(ind) for ind in population],
+            "logbook": state["logbook"] + list(logbook)}
+
+
+def finished(state: dict, search) -> bool:
+    return state["generation"] >= search.config.run.generations or search.budget_left() == 0
+
+
+def best(state: dict):
+    if not state["population"]:
+        return Genome().to_json(), None
+    top = tools.selBest([_from_json(item) for item in state["population"]], 1)[0]
+    return top.genome.to_json(), _json_fit(_value(top))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _tournament(population: list[Individual], size: int, rng) -> Individual:
+    """The fittest of ``size`` individuals drawn with replacement (ties: first drawn)."""
+    entrants = [population[rng.randrange(len(population))] for _ in range(size)]
+    return max(entrants, key=lambda ind: ind.fitness)
+
+
+def _novel(genome: Genome, batch: list[Genome], search, rng) -> Genome:
+    """``genome``, or a mutation of it that was not evaluated yet (a few tries)."""
+    for _ in range(RETRIES):
+        if genome not in batch and not search.seen(genome):
+            break
+        genome = mutate(genome, rng, search.config.evolve.max_len)[0]
+    return genome
+
+
+def _value(ind: Individual) -> float:
+    return ind.fitness.values[0] if ind.fitness.valid else math.inf
+
+
+def _json_fit(value: float):
+    return None if math.isinf(value) else value
+
+
+def _to_json(ind: Individual) -> dict:
+    return {"genome": ind.genome.to_json(), "fitness": _json_fit(_value(ind))}
+
+
+def _from_json(item: dict) -> Individual:
+    fitness = item["fitness"]
+    return Individual(Genome.from_json(item["genome"]),
+                      math.inf if fitness is None else fitness)

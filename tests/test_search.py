@@ -1,0 +1,107 @@
+"""The search loop with a deterministic stand-in for the harness (no ptxas, no GPU).
+
+The stand-in scores a genome by a fixed hash of its effective genes, so results depend
+only on the genome: exactly what resume determinism needs. Runs through the real
+strategies, checkpoint JSON and RNG-state round trips.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from evo.config import Config
+from evo.search import new_checkpoint, search_kernel
+from harness.record import Measurement
+
+
+def fake_measure(kernel: str):
+    def measure(genomes):
+        out = []
+        for g in genomes:
+            key = g.effective().dumps()
+            h = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
+            if h % 11 == 0:
+                out.append(Measurement(kernel, "fake", False, "wrong result: planted"))
+            else:
+                out.append(Measurement(kernel, "fake", True, cycles=1000 - len(g) * 10
+                                       - h % 300, timer="fake", n=1))
+        return out
+    return measure
+
+
+def run(config: Config, checkpoint: dict | None = None, stop_after: int | None = None):
+    """Search one kernel; ``stop_after`` generations simulates an interruption."""
+    checkpoint = checkpoint or new_checkpoint(config)
+    events: list[dict] = []
+    saves = []
+
+    class Stop(Exception):
+        pass
+
+    def save():
+        saves.append(json.loads(json.dumps(checkpoint)))  # what would be on disk
+        if stop_after is not None and len(saves) == stop_after:
+            raise Stop
+
+    try:
+        result = search_kernel("k", config, fake_measure("k"), events.extend, checkpoint, save)
+    except Stop:
+        return None, saves[-1], events
+    return result, checkpoint, events
+
+
+def cfg(strategy="evolve", generations=6, pop=6, max_evals=0, seed=3) -> Config:
+    return Config().override("run", strategy=strategy, generations=generations, pop=pop,
+                             max_evals=max_evals, seed=seed)
+
+
+def test_elitism_best_never_gets_worse():
+    _, _, events = run(cfg(generations=12))
+    bests = [e["best"] for e in events if e["type"] == "generation"]
+    assert len(bests) == 12 and all(b is not None for b in bests)
+    assert all(later <= earlier for earlier, later in zip(bests, bests[1:]))
+
+
+def test_first_population_holds_the_baseline():
+    _, ckpt, events = run(cfg(generations=1))
+    first = [e for e in events if e["type"] == "eval"]
+    assert first[0]["genome"] == {"genes": []}
+    assert len(ckpt["kernels"]["k"]["state"]["population"]) == 6
+
+
+@pytest.mark.parametrize("strategy", ["evolve", "greedy"])
+def test_resume_matches_an_uninterrupted_run(strategy):
+    straight, ckpt_straight, _ = run(cfg(strategy, generations=4))
+    _, partial, _ = run(cfg(strategy, generations=4), stop_after=2)
+    resumed, ckpt_resumed, _ = run(cfg(strategy, generations=4), checkpoint=partial)
+    assert ckpt_resumed["kernels"]["k"]["state"] == ckpt_straight["kernels"]["k"]["state"]
+    assert resumed.best_genome == straight.best_genome and resumed.evals == straight.evals
+
+
+def test_extending_generations_continues_a_finished_run():
+    straight, ckpt_straight, _ = run(cfg(generations=5))
+    _, short, _ = run(cfg(generations=3))
+    extended, ckpt_ext, _ = run(cfg(generations=5), checkpoint=json.loads(json.dumps(short)))
+    assert ckpt_ext["kernels"]["k"]["state"] == ckpt_straight["kernels"]["k"]["state"]
+
+
+def test_budget_caps_evaluations():
+    result, _, events = run(cfg(generations=50, max_evals=17))
+    assert result.evals == 17
+    assert sum(e["type"] == "eval" for e in events) == 17
+
+
+def test_sweep_evaluates_each_gene_once():
+    from genomes.variation import gene_alphabet
+
+    result, _, events = run(cfg("sweep"))
+    assert result.evals == len(gene_alphabet()) + 1
+
+
+def test_seed_changes_the_search():
+    a, _, _ = run(cfg(seed=1))
+    b, _, _ = run(cfg(seed=2))
+    assert a.best_genome != b.best_genome or a.evals != b.evals
