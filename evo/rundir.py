@@ -121,7 +121,7 @@ class RunDir:
         except (ValueError, UnicodeDecodeError) as err:
             hint = ""
             if not use_previous and (self.path / PREVIOUS).exists():
-                hint = f"; the previous checkpoint can be used with --from-previous"
+                hint = "; the previous checkpoint can be used with --from-previous"
             raise RunDirError(f"corrupted checkpoint {path} ({err}){hint}") from None
         return data
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, needs_ptxas
+from conftest import needs_ptxas
 
 KERNEL = "gemm_tile_2x4x4"
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from genomes.memory import Access, PointerInfo, access_of, basic_blocks, effect
 from genomes.ptx import Address, Function, Instruction, Line, Module
 from genomes.transforms.base import Param, Transform
-from genomes.transforms.vec_ld import SIZES, blocks_motion, group_start, vector_opcode
+from genomes.vectorize import SIZES, blocks_motion, group_start, vector_opcode
 
 _MAX_VECTOR_BYTES = 16
 
