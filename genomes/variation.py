@@ -5,6 +5,7 @@ Every draw takes an explicit ``random.Random`` so that a run's seed decides ever
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from genomes import transforms
@@ -98,8 +99,6 @@ MAXNREG_LADDER = (32, 64, 96, 128, 160, 192, 224, 255)
 
 def gene_alphabet(maxnreg_values: tuple[int, ...] = MAXNREG_LADDER) -> list[Gene]:
     """Every transform with every parameter value (integer params at the given ladder)."""
-    import itertools
-
     genes = []
     for t in transforms.registry().values():
         axes = [p.choices if p.choices is not None else maxnreg_values for p in t.params]

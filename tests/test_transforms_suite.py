@@ -5,28 +5,17 @@ Also: seeded random genomes never raise; each variant assembles or is a ptxas er
 
 from __future__ import annotations
 
-import itertools
 import random
 
 import pytest
 
 from conftest import needs_ptxas, suite_ptx_files
-from genomes import ptx, transforms
-from genomes.genome import Gene, Genome, apply_genome
-from genomes.variation import random_genome
+from genomes import ptx
+from genomes.genome import Genome, apply_genome
+from genomes.variation import gene_alphabet, random_genome
 from harness.compile import compile_many
 
-MAXNREG_VALUES = (16, 32, 64, 128, 255)
-
-
-def single_genes() -> list[Gene]:
-    """Each transform with each of its parameter values (maxnreg at a few budgets)."""
-    genes = []
-    for t in transforms.registry().values():
-        axes = [p.choices if p.choices is not None else MAXNREG_VALUES for p in t.params]
-        for combo in itertools.product(*axes):
-            genes.append(Gene.make(t.name, **dict(zip((p.name for p in t.params), combo))))
-    return genes
+MAXNREG_VALUES = (16, 32, 64, 128, 255)  # the extremes of the range and a few between
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +24,7 @@ def suite() -> dict[str, ptx.Module]:
 
 
 @needs_ptxas
-@pytest.mark.parametrize("gene", single_genes(), ids=str)
+@pytest.mark.parametrize("gene", gene_alphabet(MAXNREG_VALUES), ids=str)
 def test_gene_alone_on_every_kernel_is_no_change_or_assembles(gene, suite):
     variants, names = [], []
     for name, module in suite.items():
