@@ -73,11 +73,30 @@ class TimingConfig:
 
 
 @dataclass(frozen=True)
+class LlmConfig:
+    rate: float = _opt(0.0, lo=0.0, hi=1.0,
+                       doc="probability that a child is mutated by the LLM (0 = never)")
+    base_url: str = _opt("", doc="OpenAI-compatible endpoint ('' = the openai default)")
+    model: str = _opt("gpt-4o-mini")
+    api_key_env: str = _opt("OPENAI_API_KEY", doc="environment variable holding the key")
+    temperature: float = _opt(0.7, lo=0.0, hi=2.0)
+    max_tokens: int = _opt(4096, lo=16)
+    timeout: float = _opt(120.0, lo=0.1, doc="seconds per request")
+    retries: int = _opt(3, lo=0, hi=20, doc="retries on 429, 5xx and timeouts")
+    max_calls: int = _opt(200, lo=0, doc="LLM calls per run at most")
+    price_in: float = _opt(0.0, lo=0.0, doc="cost per 1M prompt tokens (0 = not tracked)")
+    price_out: float = _opt(0.0, lo=0.0, doc="cost per 1M completion tokens")
+    prompt_dir: str = _opt("", doc="folder with your own prompt templates ('' = built-in)")
+    cache: bool = _opt(True, doc="answer identical prompts from the run's own cache")
+
+
+@dataclass(frozen=True)
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     evolve: EvolveConfig = field(default_factory=EvolveConfig)
     greedy: GreedyConfig = field(default_factory=GreedyConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
 
     def override(self, section: str, **values: Any) -> Config:
         """A copy with some keys of one section replaced (CLI flags); values are checked."""

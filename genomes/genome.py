@@ -11,6 +11,7 @@ Genomes serialize to plain JSON: ``{"genes": [{"transform": "maxnreg", "params":
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -56,8 +57,34 @@ class Gene:
 
 
 @dataclass(frozen=True)
+class PatchGene:
+    """A PTX edit written by an LLM: a unified diff or SEARCH/REPLACE blocks, applied to
+    the PTX as it stands at this gene's position in the genome (see ``genomes.patch``)."""
+
+    diff: str
+    method: str = ""  # the LLM's short label for what the edit does
+    rationale: str = ""
+
+    group = None  # a patch never replaces another gene
+
+    @property
+    def transform(self) -> str:
+        return "patch"
+
+    def to_json(self) -> dict:
+        return {"patch": self.diff, "method": self.method, "rationale": self.rationale}
+
+    def __str__(self) -> str:
+        digest = hashlib.sha256(self.diff.encode()).hexdigest()[:8]
+        return f"patch({self.method or 'llm'}@{digest})"
+
+
+AnyGene = Gene | PatchGene
+
+
+@dataclass(frozen=True)
 class Genome:
-    genes: tuple[Gene, ...] = ()
+    genes: tuple[AnyGene, ...] = ()
 
     def __str__(self) -> str:
         return ",".join(map(str, self.genes)) or "(baseline)"
@@ -85,6 +112,9 @@ class Genome:
         for item in data:
             if isinstance(item, str):
                 genes.extend(parse_inline(item).genes)
+            elif isinstance(item, dict) and isinstance(item.get("patch"), str):
+                genes.append(PatchGene(item["patch"], str(item.get("method", "")),
+                                       str(item.get("rationale", ""))))
             elif isinstance(item, dict) and isinstance(item.get("transform"), str):
                 params = item.get("params", {})
                 if not isinstance(params, dict):
@@ -156,9 +186,10 @@ def load_genome(arg: str) -> Genome:
 
 @dataclass(frozen=True)
 class GeneOutcome:
-    """What one gene did: "applied" (with a count), "no-op", "replaced" or "error"."""
+    """What one gene did: "applied" (with a count), "no-op", "replaced", "failed" (a patch
+    that does not apply here, with the reason) or "error" (a transform raised)."""
 
-    gene: Gene
+    gene: AnyGene
     status: str
     changes: int = 0
     detail: str = ""
@@ -185,6 +216,10 @@ def apply_genome(baseline: str | ptx_model.Module, genome: Genome) -> Applied:
         if i not in effective:
             outcomes.append(GeneOutcome(gene, "replaced", detail="a later gene of its group wins"))
             continue
+        if isinstance(gene, PatchGene):
+            module, outcome = _apply_patch(module, gene)
+            outcomes.append(outcome)
+            continue
         trial = module.copy()
         try:
             changes = transforms.get(gene.transform).run(trial, dict(gene.params))
@@ -197,6 +232,25 @@ def apply_genome(baseline: str | ptx_model.Module, genome: Genome) -> Applied:
         else:
             outcomes.append(GeneOutcome(gene, "no-op", detail="nothing to change"))
     return Applied(module.render(), outcomes)
+
+
+def _apply_patch(module: ptx_model.Module, gene: PatchGene
+                 ) -> tuple[ptx_model.Module, GeneOutcome]:
+    """Apply a patch gene; one that does not match or yields unreadable PTX is "failed"."""
+    from genomes.errors import PtxParseError
+    from genomes.patch import apply_patch
+
+    before = module.render()
+    result = apply_patch(before, gene.diff)
+    if not result.ok:
+        return module, GeneOutcome(gene, "failed", detail=result.detail)
+    if result.text == before:
+        return module, GeneOutcome(gene, "no-op", detail="the patch changes nothing")
+    try:
+        patched = ptx_model.parse(result.text, "<patched>")
+    except PtxParseError as err:
+        return module, GeneOutcome(gene, "failed", detail=f"patched PTX does not parse: {err}")
+    return patched, GeneOutcome(gene, "applied", result.hunks)
 
 
 def _effective_positions(genome: Genome) -> list[int]:

@@ -61,7 +61,10 @@ def mutate(genome: Genome, rng: random.Random, max_len: int = 8,
 
 
 def reparameterize(gene: Gene, rng: random.Random) -> Gene:
-    """The same transform with one parameter redrawn (integer ranges move locally)."""
+    """The same transform with one parameter redrawn (integer ranges move locally).
+    A patch gene has no parameters and comes back unchanged."""
+    if not isinstance(gene, Gene):
+        return gene
     t = transforms.get(gene.transform)
     if not t.params:
         return gene

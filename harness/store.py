@@ -9,6 +9,9 @@ Two tables answer the two cheap questions the evaluation pipeline asks before an
 * ``ptx_index``, (device, kernel, ptx_hash) -> code_hash, so that an identical PTX text is
   never even compiled again.
 
+A third table, ``methods``, is the catalogue of LLM edit methods (label, kernels tried,
+attempts, successes, summed gain), shared across runs like the measurements.
+
 Rows are keyed by device and never mix: the same cubin reads ~3 % apart on two machines
 of one model (DESIGN.md), and static cost estimates live under the device name
 ``"static"`` so that no lookup for a GPU can return one. Several processes may read and
@@ -54,6 +57,11 @@ CREATE TABLE IF NOT EXISTS ptx_index (
     device TEXT NOT NULL, kernel TEXT NOT NULL, ptx_hash TEXT NOT NULL,
     code_hash TEXT NOT NULL, created REAL NOT NULL,
     PRIMARY KEY (device, kernel, ptx_hash)
+);
+CREATE TABLE IF NOT EXISTS methods (
+    label TEXT PRIMARY KEY, kernels TEXT NOT NULL DEFAULT '[]',
+    attempts INTEGER NOT NULL DEFAULT 0, successes INTEGER NOT NULL DEFAULT 0,
+    gain_sum REAL NOT NULL DEFAULT 0, updated REAL NOT NULL
 );
 """
 
@@ -214,6 +222,31 @@ class Store:
         with self._lock, self._transaction():
             self._db.execute("INSERT OR REPLACE INTO ptx_index VALUES (?, ?, ?, ?, ?)",
                              (device, kernel, ptx_hash, code_hash, time.time()))
+
+    # ------------------------------------------------------------------ method catalogue
+    def record_method(self, label: str, kernel: str, success: bool, gain: float = 0.0) -> None:
+        """Count one attempt of an LLM method (``label`` already normalized); ``gain`` is
+        the fractional cycle reduction of a successful one."""
+        with self._lock, self._transaction():
+            row = self._db.execute("SELECT kernels FROM methods WHERE label = ?",
+                                   (label,)).fetchone()
+            kernels = sorted(set(json.loads(row[0]) if row else []) | {kernel})
+            self._db.execute(
+                "INSERT INTO methods VALUES (?, ?, 1, ?, ?, ?) ON CONFLICT (label) DO UPDATE SET "
+                "kernels = excluded.kernels, attempts = attempts + 1, "
+                "successes = successes + excluded.successes, "
+                "gain_sum = gain_sum + excluded.gain_sum, updated = excluded.updated",
+                (label, json.dumps(kernels), int(success), gain if success else 0.0,
+                 time.time()))
+
+    def top_methods(self, n: int = 8) -> list[dict]:
+        """The most successful methods: most successes, then best mean gain."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT label, kernels, attempts, successes, gain_sum FROM methods "
+                "ORDER BY successes DESC, gain_sum DESC, label LIMIT ?", (n,)).fetchall()
+        return [{"label": r[0], "kernels": json.loads(r[1]), "attempts": r[2],
+                 "successes": r[3], "mean_gain": r[4] / r[3] if r[3] else 0.0} for r in rows]
 
     # ------------------------------------------------------------------ upkeep
     def stats(self) -> dict:

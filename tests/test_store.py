@@ -109,3 +109,20 @@ def test_not_a_database_is_a_clear_error(tmp_path):
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError, match="cannot open measurement store"):
         Store(path)
+
+
+def test_method_catalogue_counts_and_ranks(tmp_path):
+    from harness.store import Store
+
+    with Store(tmp_path / "s.sqlite") as store:
+        store.record_method("vectorize loads", "k1", True, 0.3)
+        store.record_method("vectorize loads", "k2", False)
+        store.record_method("unroll", "k1", True, 0.1)
+        store.record_method("unroll", "k1", True, 0.2)
+        store.record_method("hoist", "k1", False)
+    with Store(tmp_path / "s.sqlite") as store:  # reopened: the catalogue persists
+        top = store.top_methods(2)
+    assert [m["label"] for m in top] == ["unroll", "vectorize loads"]
+    assert top[0]["attempts"] == 2 and top[0]["successes"] == 2
+    assert abs(top[0]["mean_gain"] - 0.15) < 1e-9
+    assert top[1]["kernels"] == ["k1", "k2"] and top[1]["attempts"] == 2
