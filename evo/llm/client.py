@@ -1,0 +1,321 @@
+"""The chat-completions client: retries, a per-run call budget, a cache and a log.
+
+``LlmClient.complete`` never raises for anything the endpoint does: rate limits, server
+errors, timeouts, dropped connections and malformed answers end, after the configured
+retries, in an ``LlmReply`` whose ``error`` says what happened, so the evolution run goes
+on without that child. Only bad *setup* is an ``LlmError`` (missing key, no ``openai``).
+
+The run folder keeps what makes an LLM run reproducible and auditable:
+
+* ``<log_dir>/cache/<sha256>.json``: the answer to each (model, temperature, messages);
+  a resumed or repeated run gets the same answer without a request (and without a key);
+* ``<log_dir>/NNNNN-<purpose>.json``: every exchange, with prompt, answer, usage,
+  attempts and outcome.
+
+The API key is read from the environment variable named by ``[llm] api_key_env`` and is
+held only by the ``openai`` client object: it is never written to a log, the cache, an
+error message or ``repr``; any echo of it in text we write is masked as well.
+Not thread-safe: one client per process, called from the search loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from evo.config import LlmConfig
+from evo.rundir import write_atomic
+from genomes.errors import EvoError
+
+BACKOFF_BASE = 0.5  # seconds before the first retry; doubles per retry
+BACKOFF_CAP = 30.0  # no single wait is longer, whatever Retry-After asks for
+ERROR_CHARS = 300  # error bodies can be whole HTML pages; a reply keeps their start
+MIN_SECRET_LEN = 8  # masking a 1-3 character "key" would garble ordinary text
+COUNTERS = ("calls", "cached", "failures", "prompt_tokens", "completion_tokens")
+
+
+class LlmError(EvoError):
+    """The LLM cannot be used at all (no API key, no openai package)."""
+
+
+@dataclass(frozen=True)
+class LlmReply:
+    """One answer. ``error`` is set (and ``text`` empty) when no usable answer came.
+
+    ``attempts`` counts requests sent (0 for a cache hit or a refused call); the token
+    counts of a cached reply are those of the exchange that filled the cache.
+    """
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+    seconds: float = 0.0
+    attempts: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class _Failed(Exception):
+    """One attempt that produced no answer; ``retry`` says whether another may help."""
+
+    def __init__(self, message: str, retry: bool, wait: float | None = None):
+        super().__init__(message)
+        self.retry = retry
+        self.wait = wait  # the server's Retry-After, if it sent one
+
+
+class LlmClient:
+    """Chat completions for one run, per ``LlmConfig``; ``log_dir=None`` keeps no files."""
+
+    def __init__(self, config: LlmConfig, log_dir: Path | None, *,
+                 env: Mapping[str, str] = os.environ,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self._env = env
+        self._sleep = sleep  # injectable so tests of backoff take no wall time
+        self._clock = clock
+        self._openai = None  # built on the first request that needs the network
+        self._counts = dict.fromkeys(COUNTERS, 0)
+        self._seq: int | None = None
+
+    def __repr__(self) -> str:
+        return (f"LlmClient(model={self.config.model!r}, key from ${self.config.api_key_env}, "
+                f"calls={self._counts['calls']}/{self.config.max_calls})")
+
+    # -- the one public call -------------------------------------------------------------
+
+    def complete(self, messages: list[dict], purpose: str) -> LlmReply:
+        """Answer ``messages`` from the cache or the endpoint; see the module docstring."""
+        start = self._clock()
+        key = cache_key(self.config, messages)
+        hit = self._cache_get(key) if self.config.cache else None
+        if hit is not None:
+            self._counts["cached"] += 1
+            reply = LlmReply(hit["text"], hit.get("prompt_tokens", 0),
+                             hit.get("completion_tokens", 0), cached=True,
+                             seconds=self._clock() - start)
+            self._log(purpose, messages, reply, key)
+            return reply
+        if self._counts["calls"] >= self.config.max_calls:
+            # Not logged: nothing was exchanged, and a loop hitting the cap would flood it.
+            return LlmReply("", seconds=self._clock() - start, error="LLM call budget spent")
+        client = self.check()
+        self._counts["calls"] += 1
+        reply = self._request(client, messages, key, start)
+        if reply.ok:
+            self._counts["prompt_tokens"] += reply.prompt_tokens
+            self._counts["completion_tokens"] += reply.completion_tokens
+            if self.config.cache:
+                self._cache_put(key, messages, reply)
+        else:
+            self._counts["failures"] += 1
+        self._log(purpose, messages, reply, key)
+        return reply
+
+    def check(self):
+        """The ``openai`` client, built on first use; ``LlmError`` if it cannot be."""
+        if self._openai is None:
+            var = self.config.api_key_env
+            secret = self._env.get(var, "")
+            if not secret:
+                raise LlmError(f"no API key for the LLM: set the environment variable {var} "
+                               f"(named by [llm] api_key_env), or set [llm] rate = 0")
+            try:
+                import openai
+            except ImportError:
+                raise LlmError("[llm] needs the openai package: pip install openai") from None
+            # max_retries=0: retries are ours, so they are counted, logged and backed off
+            # reproducibly rather than hidden inside the openai client.
+            self._openai = openai.OpenAI(base_url=self.config.base_url or None,
+                                         api_key=secret, timeout=self.config.timeout,
+                                         max_retries=0)
+        return self._openai
+
+    # -- counters ------------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        """Counters for the run (plain JSON); ``cost`` is None unless a price is set."""
+        out = dict(self._counts)
+        c = self.config
+        out["cost"] = (round((out["prompt_tokens"] * c.price_in
+                              + out["completion_tokens"] * c.price_out) / 1e6, 6)
+                       if c.price_in > 0 or c.price_out > 0 else None)
+        return out
+
+    def restore_stats(self, data: Mapping) -> None:
+        """Continue the counters of a resumed run (so ``max_calls`` stays per run)."""
+        for name in COUNTERS:
+            value = data.get(name, 0)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                self._counts[name] = value
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _request(self, client, messages: list[dict], key: str, start: float) -> LlmReply:
+        """Up to ``retries + 1`` attempts with jittered exponential backoff between them."""
+        # Seeded from the prompt so a rerun waits the same, whatever else happened.
+        rng = random.Random(int(key[:16], 16))
+        attempts, error = 0, ""
+        for attempt in range(self.config.retries + 1):
+            attempts += 1
+            try:
+                text, prompt_tokens, completion_tokens = self._attempt(client, messages)
+            except _Failed as failed:
+                error = str(failed)
+                if not failed.retry or attempt == self.config.retries:
+                    break
+                self._sleep(backoff(attempt, rng, failed.wait))
+                continue
+            return LlmReply(text, prompt_tokens, completion_tokens, seconds=self._clock() - start,
+                            attempts=attempts)
+        if attempts > 1:
+            error = f"{error} (after {attempts} attempts)"
+        return LlmReply("", seconds=self._clock() - start, attempts=attempts,
+                        error=self._mask(error))
+
+    def _attempt(self, client, messages: list[dict]) -> tuple[str, int, int]:
+        """One request: (text, prompt tokens, completion tokens), or ``_Failed``."""
+        import openai
+
+        c = self.config
+        try:
+            response = client.chat.completions.create(
+                model=c.model, messages=messages, temperature=c.temperature,
+                max_tokens=c.max_tokens)
+        except openai.APITimeoutError:  # before APIConnectionError: it is a subclass
+            raise _Failed(f"timed out after {c.timeout:g} s", retry=True) from None
+        except openai.APIConnectionError as err:
+            raise _Failed(f"connection error: {err.__cause__ or err}", retry=True) from None
+        except openai.APIStatusError as err:
+            code = err.status_code
+            # 408 is the server's own timeout: as transient as ours.
+            retry = code in (408, 429) or code >= 500
+            raise _Failed(f"HTTP {code}: {_short(err.message)}", retry=retry,
+                          wait=_retry_after(err.response)) from None
+        except (ValueError, openai.APIResponseValidationError) as err:
+            raise _Failed(f"malformed response: {_short(str(err))}", retry=False) from None
+        except openai.OpenAIError as err:
+            raise _Failed(f"{type(err).__name__}: {_short(str(err))}", retry=False) from None
+        return _extract(response)
+
+    # -- cache and log -------------------------------------------------------------------
+
+    def _cache_get(self, key: str) -> dict | None:
+        if self.log_dir is None:
+            return None
+        try:
+            entry = json.loads((self.log_dir / "cache" / f"{key}.json").read_text())
+        except (OSError, ValueError):
+            return None  # absent or damaged: ask the endpoint again
+        return entry if isinstance(entry, dict) and isinstance(entry.get("text"), str) else None
+
+    def _cache_put(self, key: str, messages: list[dict], reply: LlmReply) -> None:
+        if self.log_dir is None:
+            return
+        entry = {"model": self.config.model, "temperature": self.config.temperature,
+                 "messages": messages, "text": reply.text,
+                 "prompt_tokens": reply.prompt_tokens,
+                 "completion_tokens": reply.completion_tokens}
+        write_atomic(self.log_dir / "cache" / f"{key}.json", self._dumps(entry))
+
+    def _log(self, purpose: str, messages: list[dict], reply: LlmReply, key: str) -> None:
+        if self.log_dir is None:
+            return
+        if self._seq is None:
+            self._seq = _last_seq(self.log_dir)  # a resumed run continues the numbering
+        self._seq += 1
+        outcome = "cached" if reply.cached else "ok" if reply.ok else "error"
+        record = {"seq": self._seq, "purpose": purpose, "outcome": outcome,
+                  "error": reply.error, "model": self.config.model,
+                  "temperature": self.config.temperature, "max_tokens": self.config.max_tokens,
+                  "cache_key": key, "attempts": reply.attempts,
+                  "seconds": round(reply.seconds, 4), "prompt_tokens": reply.prompt_tokens,
+                  "completion_tokens": reply.completion_tokens, "messages": messages,
+                  "text": reply.text}
+        name = f"{self._seq:05d}-{_slug(purpose)}.json"
+        write_atomic(self.log_dir / name, self._dumps(record))
+
+    def _dumps(self, data: dict) -> str:
+        return self._mask(json.dumps(data, indent=1, ensure_ascii=False))
+
+    def _mask(self, text: str) -> str:
+        """``text`` with the key masked, should an endpoint or prompt ever echo it."""
+        secret = self._env.get(self.config.api_key_env, "")
+        if len(secret) >= MIN_SECRET_LEN and secret in text:
+            return text.replace(secret, "***")
+        return text
+
+
+def cache_key(config: LlmConfig, messages: list[dict]) -> str:
+    """sha256 of what determines an answer: model, temperature and the messages."""
+    blob = json.dumps({"model": config.model, "temperature": config.temperature,
+                       "messages": messages}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def backoff(attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
+    """Seconds to wait after failed attempt ``attempt`` (0-based): 0.5 s doubling, capped,
+    times a jitter in [0.5, 1) so that clients that failed together retry apart; never
+    less than the server's Retry-After (itself capped)."""
+    wait = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** attempt) * (0.5 + 0.5 * rng.random())
+    if retry_after is not None:
+        wait = max(wait, min(BACKOFF_CAP, retry_after))
+    return wait
+
+
+def _extract(response) -> tuple[str, int, int]:
+    """Text and token counts from a completion; ``_Failed`` if it has no usable answer."""
+    # A non-JSON content type makes the openai client hand back a plain str, and an
+    # unexpected JSON shape gives an unvalidated object: check everything we touch.
+    try:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise _Failed("malformed response: no choices", retry=False)
+        text = choices[0].message.content
+        usage = getattr(response, "usage", None)
+        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+    except (AttributeError, IndexError, TypeError, ValueError) as err:
+        raise _Failed(f"malformed response: {_short(str(err))}", retry=False) from None
+    if not isinstance(text, str):
+        raise _Failed("malformed response: the answer has no text content", retry=False)
+    return text, prompt_tokens, completion_tokens
+
+
+def _retry_after(response) -> float | None:
+    """The Retry-After header in seconds, if present and numeric (HTTP dates are ignored)."""
+    try:
+        value = float(response.headers.get("retry-after", ""))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def _short(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + "..."
+
+
+def _slug(purpose: str) -> str:
+    """``purpose`` made safe for a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", purpose).strip("._")[:40] or "call"
+
+
+def _last_seq(log_dir: Path) -> int:
+    """The highest NNNNN already used in ``log_dir`` (0 if none)."""
+    seqs = [int(m.group(1)) for p in log_dir.glob("*.json")
+            if (m := re.match(r"(\d{5,})-", p.name))]
+    return max(seqs, default=0)

@@ -1,0 +1,199 @@
+"""LlmClient against a real chat-completions server on loopback, through the real openai client.
+
+Backoff sleeps are injected (recorded, not slept); only the hang test waits for real,
+on a 0.5 s client timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import llm_server as fake
+import pytest
+from llm_server import hang, malformed, status, text
+
+from evo.config import LlmConfig
+from evo.llm.client import BACKOFF_CAP, LlmClient, LlmError, backoff
+
+KEY = "sk-test-9f8e7d6c5b4a-never-write-me"
+ENV = {"EVO_TEST_KEY": KEY}
+llm_server = fake.llm_server  # the fixture, used by name below
+
+MESSAGES = [{"role": "system", "content": "You edit PTX."},
+            {"role": "user", "content": "Unroll the loop."}]
+
+
+def make(server, tmp_path, *, env=ENV, **over):
+    """A client on ``server`` with tiny timeouts; returns (client, recorded sleeps)."""
+    values = {"base_url": server.base_url, "model": "test-model", "api_key_env": "EVO_TEST_KEY",
+              "timeout": 5.0, "retries": 2, "max_calls": 50}
+    values.update(over)
+    sleeps: list[float] = []
+    client = LlmClient(LlmConfig(**values), tmp_path / "llm", env=env, sleep=sleeps.append)
+    return client, sleeps
+
+
+def logs(tmp_path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((tmp_path / "llm").glob("*.json"))]
+
+
+def test_good_answer_counts_tokens_and_logs(llm_server, tmp_path):
+    llm_server.script([text("mov.u32 %r1, 0;", usage={"prompt_tokens": 120,
+                                                      "completion_tokens": 30,
+                                                      "total_tokens": 150})])
+    client, sleeps = make(llm_server, tmp_path, price_in=2.0, price_out=8.0)
+    reply = client.complete(MESSAGES, "mutate")
+    assert reply.ok and reply.text == "mov.u32 %r1, 0;"
+    assert (reply.prompt_tokens, reply.completion_tokens) == (120, 30)
+    assert reply.attempts == 1 and not reply.cached and sleeps == []
+    body = llm_server.requests[0].body
+    assert body["model"] == "test-model" and body["messages"] == MESSAGES
+    assert body["temperature"] == 0.7 and body["max_tokens"] == 4096
+    stats = client.stats()
+    assert stats == {"calls": 1, "cached": 0, "failures": 0, "prompt_tokens": 120,
+                     "completion_tokens": 30, "cost": round((120 * 2 + 30 * 8) / 1e6, 6)}
+    json.dumps(stats)
+    (record,) = logs(tmp_path)
+    assert record["seq"] == 1 and record["outcome"] == "ok" and record["purpose"] == "mutate"
+    assert record["messages"] == MESSAGES and record["text"] == reply.text
+    assert (tmp_path / "llm" / "00001-mutate.json").exists()
+
+
+def test_cost_is_none_without_prices(llm_server, tmp_path):
+    client, _ = make(llm_server, tmp_path)
+    client.complete(MESSAGES, "mutate")
+    assert client.stats()["cost"] is None
+
+
+def test_429_then_success_is_retried(llm_server, tmp_path):
+    llm_server.script([status(429, {"error": {"message": "slow down"}}, {"Retry-After": "2"}),
+                       text("ok")])
+    client, sleeps = make(llm_server, tmp_path)
+    reply = client.complete(MESSAGES, "mutate")
+    assert reply.ok and reply.text == "ok" and reply.attempts == 2
+    assert len(llm_server.requests) == 2
+    assert sleeps == [pytest.approx(2.0)]  # Retry-After outweighs the 0.5 s first backoff
+    assert client.stats()["failures"] == 0 and client.stats()["calls"] == 1
+
+
+def test_500_every_time_is_an_error_result_and_the_run_goes_on(llm_server, tmp_path):
+    llm_server.script([status(500, "boom")] * 3 + [text("after the outage")])
+    client, sleeps = make(llm_server, tmp_path, retries=2)
+    reply = client.complete(MESSAGES, "mutate")
+    assert not reply.ok and reply.text == "" and reply.attempts == 3
+    assert "HTTP 500" in reply.error and "3 attempts" in reply.error
+    assert len(sleeps) == 2 and sleeps[0] < sleeps[1]  # exponential
+    assert len(llm_server.requests) == 3
+    assert logs(tmp_path)[-1]["outcome"] == "error"
+    assert not (tmp_path / "llm" / "cache").exists()  # failures are never cached
+    again = client.complete(MESSAGES, "mutate")
+    assert again.ok and again.text == "after the outage"
+    assert client.stats()["failures"] == 1 and client.stats()["calls"] == 2
+
+
+def test_other_4xx_is_not_retried(llm_server, tmp_path):
+    llm_server.script([status(400, {"error": {"message": "bad model"}})])
+    client, sleeps = make(llm_server, tmp_path)
+    reply = client.complete(MESSAGES, "mutate")
+    assert reply.error.startswith("HTTP 400") and reply.attempts == 1 and sleeps == []
+
+
+@pytest.mark.parametrize("answer", [malformed(), status(200, {"id": "x", "choices": []})])
+def test_malformed_response_is_an_error_result(llm_server, tmp_path, answer):
+    llm_server.script([answer])
+    client, _ = make(llm_server, tmp_path)
+    reply = client.complete(MESSAGES, "mutate")
+    assert not reply.ok and "malformed response" in reply.error and reply.attempts == 1
+    assert client.stats()["failures"] == 1
+
+
+def test_hang_past_timeout_is_retried_then_an_error(llm_server, tmp_path):
+    llm_server.script([hang(3.0), hang(3.0)])
+    client, sleeps = make(llm_server, tmp_path, timeout=0.5, retries=1)
+    reply = client.complete(MESSAGES, "mutate")
+    assert not reply.ok and "timed out" in reply.error and reply.attempts == 2
+    assert len(llm_server.requests) == 2 and len(sleeps) == 1
+    assert 0.9 < reply.seconds < 2.5
+
+
+def test_identical_prompt_is_answered_from_the_cache(llm_server, tmp_path):
+    llm_server.script([text("first"), text("second")])
+    client, _ = make(llm_server, tmp_path, max_calls=1)
+    assert client.complete(MESSAGES, "mutate").text == "first"
+    hit = client.complete(MESSAGES, "mutate")
+    assert hit.cached and hit.text == "first" and hit.attempts == 0
+    assert len(llm_server.requests) == 1
+    assert client.stats()["calls"] == 1 and client.stats()["cached"] == 1
+    # A resumed run (new client, no key in the environment) reproduces the answer.
+    resumed, _ = make(llm_server, tmp_path, env={})
+    assert resumed.complete(MESSAGES, "mutate").text == "first"
+    assert len(llm_server.requests) == 1
+    assert [r["seq"] for r in logs(tmp_path)] == [1, 2, 3]
+    # Another temperature is another prompt.
+    warmer, _ = make(llm_server, tmp_path, temperature=1.0)
+    assert warmer.complete(MESSAGES, "mutate").text == "second"
+
+
+def test_cache_off_asks_every_time(llm_server, tmp_path):
+    llm_server.script([text("first"), text("second")])
+    client, _ = make(llm_server, tmp_path, cache=False)
+    assert [client.complete(MESSAGES, "m").text for _ in range(2)] == ["first", "second"]
+    assert len(llm_server.requests) == 2 and not (tmp_path / "llm" / "cache").exists()
+
+
+def test_call_budget(llm_server, tmp_path):
+    client, _ = make(llm_server, tmp_path, max_calls=2, cache=False)
+    replies = [client.complete(MESSAGES, "m") for _ in range(3)]
+    assert [r.ok for r in replies] == [True, True, False]
+    assert replies[2].error == "LLM call budget spent" and replies[2].attempts == 0
+    assert len(llm_server.requests) == 2
+    # The budget is per run: a resumed run restores the counters and stays refused.
+    resumed, _ = make(llm_server, tmp_path, max_calls=2, cache=False)
+    resumed.restore_stats(json.loads(json.dumps(client.stats())))
+    assert resumed.complete(MESSAGES, "m").error == "LLM call budget spent"
+    assert resumed.stats() == client.stats()
+
+
+def test_missing_key_names_the_variable(llm_server, tmp_path):
+    client, _ = make(llm_server, tmp_path, env={})
+    with pytest.raises(LlmError, match="EVO_TEST_KEY"):
+        client.complete(MESSAGES, "m")
+    assert llm_server.requests == []
+    empty, _ = make(llm_server, tmp_path, env={"EVO_TEST_KEY": ""})
+    with pytest.raises(LlmError, match="EVO_TEST_KEY"):
+        empty.check()
+
+
+def test_key_is_sent_only_in_the_authorization_header(llm_server, tmp_path):
+    # The server echoes the key in an error and in an answer: it must still never land
+    # in a file, an error message or the repr.
+    llm_server.script([status(401, {"error": {"message": f"bad key {KEY}"}}),
+                       text(f"your key is {KEY}"), status(500, KEY), status(500, KEY),
+                       status(500, KEY)])
+    client, _ = make(llm_server, tmp_path, retries=2, price_in=1.0)
+    replies = [client.complete([{"role": "user", "content": f"q{i}"}], "m") for i in range(3)]
+    client.complete([{"role": "user", "content": "q1"}], "m")  # a cache hit
+    assert all(r.error is None or KEY not in r.error for r in replies)
+    assert {r.headers.get("authorization") for r in llm_server.requests} == {f"Bearer {KEY}"}
+    assert KEY not in repr(client) and "EVO_TEST_KEY" in repr(client)
+    assert KEY not in json.dumps(client.stats())
+    written = [p for p in (tmp_path / "llm").rglob("*") if p.is_file()]
+    assert len(written) >= 5  # 4 logs + 1 cache entry
+    for path in written:
+        assert KEY not in path.read_text(), path
+
+
+def test_backoff_is_reproducible_capped_and_jittered():
+    waits = [backoff(k, random.Random(7)) for k in range(12)]
+    assert waits == [backoff(k, random.Random(7)) for k in range(12)]
+    assert all(0.25 <= w < 0.5 * 2 ** k for k, w in enumerate(waits[:6]))
+    assert max(waits) <= BACKOFF_CAP
+    assert backoff(0, random.Random(1), retry_after=1000) == BACKOFF_CAP
+
+
+def test_no_log_dir_keeps_no_files(llm_server, tmp_path):
+    client = LlmClient(LlmConfig(base_url=llm_server.base_url, api_key_env="EVO_TEST_KEY"),
+                       None, env=ENV)
+    assert client.complete(MESSAGES, "m").ok and client.complete(MESSAGES, "m").ok
+    assert len(llm_server.requests) == 2 and list(tmp_path.iterdir()) == []
