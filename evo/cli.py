@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pop", type=int, help="population size (evolve)")
     p.add_argument("--max-evals", type=int, help="evaluations per kernel (0 = no cap)")
     p.add_argument("--seed", type=int, help="every random choice flows from this seed")
+    p.add_argument("--llm-rate", type=float, metavar="P",
+                   help="probability that a child is mutated by the LLM ([llm] in evo.toml "
+                        "says which endpoint and model; default 0: no LLM)")
     p.add_argument("--backend", choices=("auto", "gpu", "replay", "static"))
     p.add_argument("--gpus", type=lambda s: [int(x) for x in s.split(",")], metavar="IDS",
                    help="comma-separated GPU ids, one worker each (e.g. 0,1)")
@@ -242,7 +245,8 @@ def cmd_run(args) -> int:
     verbosity = 0 if args.quiet else (2 if args.verbose else 1)
     if args.resume:
         budget = {k: v for k, v in flags.items() if k in ("generations", "max_evals")}
-        changed = [k for k, v in flags.items() if v is not None and k not in budget]
+        changed = [k for k, v in {**flags, "llm_rate": args.llm_rate}.items()
+                   if v is not None and k not in budget]
         if changed:
             raise EvoError(f"--resume keeps the run's config; only --generations and "
                            f"--max-evals may be given (got --{changed[0].replace('_', '-')})")
@@ -250,6 +254,8 @@ def cmd_run(args) -> int:
     else:
         path = args.config or (Path("evo.toml") if Path("evo.toml").is_file() else None)
         config = config_mod.load(path).override("run", **flags)
+        if args.llm_rate is not None:
+            config = config.override("llm", rate=args.llm_rate)
         rundir, checkpoint = run.start_run(config, args.out), None
         from evo.search import new_checkpoint
 
@@ -269,12 +275,14 @@ def cmd_run(args) -> int:
 def cmd_show(args) -> int:
     import tomllib
 
-    from evo.report import render_table, results_from_checkpoint
+    from evo.report import llm_lines, render_table, results_from_checkpoint
     from evo.rundir import RunDir
 
     rundir = RunDir.open(args.run)
     strategy = tomllib.loads(rundir.config_text())["run"]["strategy"]
     print(render_table(results_from_checkpoint(rundir, strategy)))
+    for line in llm_lines(rundir.read_checkpoint().get("llm")):
+        print(line)
     return 0
 
 

@@ -79,7 +79,21 @@ def render_table(results: list[KernelResult]) -> str:
     return "\n".join(lines)
 
 
-def render_report(run: RunDir, results: list[KernelResult], backend: str) -> str:
+def llm_lines(stats: dict | None) -> list[str]:
+    """The LLM's account: calls, tokens, cost, and patches at each stage."""
+    if not stats:
+        return []
+    cost = f", cost {stats['cost']:.4f}" if stats.get("cost") else ""
+    return [f"LLM: {stats['calls']} calls ({stats['cached']} from cache, {stats['failures']} "
+            f"failed), {stats['prompt_tokens']} prompt + {stats['completion_tokens']} "
+            f"completion tokens{cost}",
+            f"patches: {stats['proposed']} proposed, {stats['applied']} applied, "
+            f"{stats['assembled']} assembled, {stats['correct']} correct, "
+            f"{stats['faster']} faster ({stats['repairs']} repair prompts)"]
+
+
+def render_report(run: RunDir, results: list[KernelResult], backend: str,
+                  llm: dict | None = None) -> str:
     static = any(is_static(r) for r in results)
     lines = [f"# evo run `{run.path.name}`", "", f"Measured with: {backend}."]
     if static:
@@ -87,6 +101,8 @@ def render_report(run: RunDir, results: list[KernelResult], backend: str) -> str
     lines += ["", "| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
     for row in table_rows(results):
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+    if llm:
+        lines += [""] + [f"- {line}" for line in llm_lines(llm)]
     lines += ["", "Best PTX and genomes are in `best/`; every evaluation is in `events.jsonl`.",
               "Plots: `evo plot " + str(run.path) + "`.", ""]
     return "\n".join(lines)

@@ -90,15 +90,22 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     evaluator = Evaluator(backend, store)
     progress = Progress(len(kernels), verbosity)
     progress.note(f"run folder {run.path}; measuring with {backend.describe()}")
+    llm = _llm_mutator(config, run, store, checkpoint)
     results = []
-    save = lambda: run.write_checkpoint(checkpoint)  # noqa: E731
+
+    def save() -> None:
+        if llm is not None:
+            checkpoint["llm"] = llm.stats()
+        run.write_checkpoint(checkpoint)
+
     try:
         with _sigterm_as_interrupt(), backend:
             for spec in kernels:
                 progress.start_kernel(spec.name, _total_generations(config))
                 measure = _measurer(evaluator, spec, progress)
                 result = search_kernel(spec.name, config, measure, run.append_events,
-                                       checkpoint, save, on_generation=progress.generation)
+                                       checkpoint, save, on_generation=progress.generation,
+                                       spec=spec, llm=llm)
                 _write_best(run, spec, result)
                 results.append(result)
                 progress.end_kernel(result)
@@ -110,8 +117,22 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     finally:
         store.close()
     progress.close()
-    run.write_text("report.md", report.render_report(run, results, backend.describe()))
+    run.write_text("report.md", report.render_report(run, results, backend.describe(),
+                                                     checkpoint.get("llm")))
     return results
+
+
+def _llm_mutator(config: Config, run: RunDir, store, checkpoint: dict):
+    """The LLM mutation operator when ``[llm] rate`` > 0 (checked before any work)."""
+    if config.llm.rate <= 0:
+        return None
+    from evo.llm.mutation import LlmMutator
+
+    mutator = LlmMutator(config.llm, run.path / "llm", store)
+    mutator.check()
+    if "llm" in checkpoint:
+        mutator.restore(checkpoint["llm"])
+    return mutator
 
 
 def _total_generations(config: Config) -> int:

@@ -47,6 +47,9 @@ class KernelSearch:
     on_events: Callable[[list[dict]], None]
     known: dict[str, dict] = field(default_factory=dict)  # genome key -> result summary
     evals: int = 0
+    llm: object | None = None  # an evo.llm.mutation.LlmMutator when --llm-rate > 0
+    spec: object | None = None  # the KernelSpec, for the LLM's prompt
+    pending_patches: dict = field(default_factory=dict)  # child key -> (patch, parent fitness)
 
     def budget_left(self) -> int | None:
         cap = self.config.run.max_evals
@@ -73,6 +76,9 @@ class KernelSearch:
         self.evals += len(fresh)
         events = []
         for k, m in fresh.items():
+            if k in self.pending_patches:
+                patch, parent_fitness = self.pending_patches.pop(k)
+                self.llm.record(self.kernel, patch, m, parent_fitness)
             self.known[k] = _summary(m)
             events.append({"type": "eval", "kernel": self.kernel, "generation": generation,
                            "genome": json.loads(k), **self.known[k]})
@@ -83,6 +89,30 @@ class KernelSearch:
             out.append(_measurement(self.kernel, self.known[k]) if k in self.known
                        else Measurement(self.kernel, "", False, "over budget"))
         return out
+
+    def llm_mutate(self, genome: Genome) -> Genome | None:
+        """``genome`` plus one LLM-written patch gene that applies and assembles, or None."""
+        from evo.llm.mutation import SearchView
+
+        view = SearchView(baseline=self._known_measurement(Genome()),
+                          current=self._known_measurement(genome),
+                          recent_failures=[f"{json.loads(k)}: {s['reason']}"
+                                           for k, s in self.known.items() if not s["valid"]][-8:])
+        valid = [(s["cycles"], k) for k, s in self.known.items() if s["valid"] and s["cycles"]]
+        if valid:
+            best_key = min(valid)[1]
+            view.best_genome = Genome.from_json(json.loads(best_key))
+            view.best = _measurement(self.kernel, self.known[best_key])
+        child = self.llm.propose(self.spec, genome, view)
+        if child is not None:
+            parent = self._known_measurement(genome)
+            self.pending_patches[_key(child)] = (child.genes[-1],
+                                                 parent.fitness if parent else math.inf)
+        return child
+
+    def _known_measurement(self, genome: Genome) -> Measurement | None:
+        summary = self.known.get(_key(genome))
+        return _measurement(self.kernel, summary) if summary else None
 
     # --- checkpoint data ---------------------------------------------------------------
     def to_json(self, state: dict, done: bool) -> dict:
@@ -129,7 +159,8 @@ class KernelResult:
 
 
 def search_kernel(kernel: str, config: Config, measure, on_events, checkpoint: dict,
-                  save: Callable[[], None], on_generation=None) -> KernelResult:
+                  save: Callable[[], None], on_generation=None, *, spec=None,
+                  llm=None) -> KernelResult:
     """Run (or resume) one kernel's search to the end, checkpointing each generation.
 
     ``checkpoint["kernels"][kernel]`` is read to resume and written after every generation;
@@ -137,7 +168,7 @@ def search_kernel(kernel: str, config: Config, measure, on_events, checkpoint: d
     """
     strategy = strategies.get(config.run.strategy)
     search = KernelSearch(kernel, config, random.Random(kernel_seed(config.run.seed, kernel)),
-                          measure, on_events)
+                          measure, on_events, llm=llm, spec=spec)
     saved = checkpoint["kernels"].get(kernel)
     state = search.restore(saved) if saved else strategy.start(search)
     while not strategy.finished(state, search):

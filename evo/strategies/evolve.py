@@ -6,9 +6,11 @@ Generation 1 evaluates the initial population: the baseline (the empty genome) a
 1. copy the best ``elites`` individuals unchanged into the next generation;
 2. fill the rest by tournament selection (size ``tournament``) of parents;
 3. pair them and, with probability ``cxpb``, cross each pair over (one-point or uniform,
-   half and half); then mutate each child with probability ``mutpb`` (insert, delete,
-   replace, swap or re-parameterize a gene). Children equal to a genome already
-   evaluated are mutated again (a few tries), so the budget goes to new genomes;
+   half and half); then, with probability ``[llm] rate``, ask the LLM for a PTX patch
+   gene (when it has none to offer, or otherwise) mutate each child with probability
+   ``mutpb`` (insert, delete, replace, swap or re-parameterize a gene). Children equal
+   to a genome already evaluated are mutated again (a few tries), so the budget goes to
+   new genomes;
 4. evaluate the children; the new population is elites + children.
 
 Fitness is median cycles (lower is better; invalid = +inf), held in DEAP ``Fitness``
@@ -80,8 +82,15 @@ def step(state: dict, search) -> dict:
                 cross = crossover_one_point if rng.random() < 0.5 else crossover_uniform
                 children[i], children[i + 1] = cross(children[i], children[i + 1], rng)
         genomes = []
+        llm_rate = search.config.llm.rate
         for child in children:
-            if rng.random() < cfg.mutpb:
+            # The LLM draw happens only when the LLM is on, so LLM-free runs keep their
+            # random stream; an LLM that proposes nothing usable falls back to mutate().
+            by_llm = llm_rate > 0 and search.llm is not None and rng.random() < llm_rate
+            patched = search.llm_mutate(child) if by_llm else None
+            if patched is not None:
+                child = patched
+            elif rng.random() < cfg.mutpb:
                 child = mutate(child, rng, cfg.max_len)[0]
             genomes.append(_novel(child, genomes, search, rng))
     results = search.evaluate(genomes, generation=generation)

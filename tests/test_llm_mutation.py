@@ -1,0 +1,192 @@
+"""LLM mutation through the real openai client and a scripted loopback server, and
+`evo run --llm-rate` end to end (static backend): patch genes evolve, checkpoint and resume.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import llm_server as fake
+from conftest import needs_ptxas
+from evo.config import LlmConfig
+from evo.llm.mutation import LlmMutator, SearchView, normalize_method
+from genomes.genome import Genome, PatchGene, apply_genome, parse_inline
+from harness.suite import find_kernel
+from llm_server import hang, malformed, status, text
+
+llm_server = fake.llm_server  # the fixture
+KEY = "sk-test-0123456789abcdef"
+KERNEL = "gemm_tile_2x4x4"
+
+GOOD = """I will vectorize the first two loads of A.
+```
+<<<<<<< SEARCH
+	ld.global.f32 	%f1, [%rd4];
+	ld.global.f32 	%f2, [%rd4+4];
+=======
+	ld.global.v2.f32 	{%f1, %f2}, [%rd4];
+>>>>>>> REPLACE
+```
+METHOD: Vectorize loads!
+RATIONALE: one 8-byte load instead of two.
+"""
+
+SHIFTED = """```diff
+--- a/kernel.ptx
++++ b/kernel.ptx
+@@ -57,3 +57,3 @@
+ 	ld.global.f32 	%f7, [%rd4+24];
+-	ld.global.f32 	%f8, [%rd4+28];
++	ld.global.nc.f32 	%f8, [%rd4+28];
+ 	cvta.to.global.u64 	%rd6, %rd3;
+```
+METHOD: read-only cache
+RATIONALE: A is never written.
+"""
+
+NOT_APPLYING = """```diff
+@@ -10,2 +10,2 @@
+-	ld.global.f32 	%f99, [%rd42+4000];
++	ld.global.nc.f32 	%f99, [%rd42+4000];
+```
+METHOD: imaginary
+RATIONALE: none
+"""
+
+BREAKS_PTXAS = """```
+<<<<<<< SEARCH
+	ld.global.f32 	%f1, [%rd4];
+=======
+	ld.global.f32 	%f1, [%rd4999];
+>>>>>>> REPLACE
+```
+METHOD: broken
+"""
+
+
+def mutator(server, tmp_path, monkeypatch, **overrides) -> LlmMutator:
+    monkeypatch.setenv("EVO_TEST_KEY", KEY)
+    cfg = LlmConfig(rate=0.5, base_url=server.base_url, api_key_env="EVO_TEST_KEY",
+                    timeout=0.5, retries=1, cache=False, **overrides)
+    m = LlmMutator(cfg, tmp_path / "llm")
+    m.client._sleep = lambda s: None  # backoff waits are not what these tests measure
+    return m
+
+
+def propose(m: LlmMutator, genome: Genome = Genome()):
+    return m.propose(find_kernel(KERNEL), genome, SearchView())
+
+
+@needs_ptxas
+@pytest.mark.parametrize("script,expect,counts,requests", [
+    ([text(GOOD)], "patch", {"proposed": 1, "applied": 1, "assembled": 1}, 1),
+    ([text(SHIFTED)], "patch", {"proposed": 1, "applied": 1, "assembled": 1}, 1),
+    ([text(NOT_APPLYING), text(GOOD)], "patch", {"proposed": 1, "repairs": 1, "applied": 1}, 2),
+    ([text(BREAKS_PTXAS), text(GOOD)], "patch", {"repairs": 1, "assembled": 1}, 2),
+    ([text(NOT_APPLYING), text("Sorry, I cannot.")], None, {"proposed": 1, "repairs": 1}, 2),
+    ([text("Just use fewer registers, it will be faster.")], None, {"no_patch": 1}, 1),
+    ([malformed()], None, {"call_failed": 1}, 1),
+    ([status(429, {"error": "slow down"}), text(GOOD)], "patch", {"proposed": 1}, 2),
+    ([hang(3), hang(3)], None, {"call_failed": 1}, 2),
+], ids=["good", "shifted-lines", "no-match-then-repair", "ptxas-error-then-repair",
+        "repair-fails", "prose", "malformed-json", "429-then-ok", "hang"])
+def test_each_reply_ends_as_specified(llm_server, tmp_path, monkeypatch, script, expect,
+                                      counts, requests):
+    llm_server.script(script)
+    m = mutator(llm_server, tmp_path, monkeypatch)
+    child = propose(m)
+    if expect is None:
+        assert child is None
+    else:
+        assert isinstance(child.genes[-1], PatchGene)
+        applied = apply_genome(find_kernel(KERNEL).ptx_text(), child)
+        assert applied.outcomes[-1].status == "applied"
+    for key, value in counts.items():
+        assert m.counts[key] == value, (key, dict(m.counts))
+    assert len(llm_server.requests) == requests
+
+
+@needs_ptxas
+def test_mutate_prompt_shows_the_current_genome_and_ptx(llm_server, tmp_path, monkeypatch):
+    llm_server.script([text(GOOD)])
+    m = mutator(llm_server, tmp_path, monkeypatch)
+    propose(m, parse_inline("maxnreg(n=64)"))
+    user = llm_server.requests[0].body["messages"][-1]["content"]
+    assert ".maxnreg 64" in user and "ld.global.f32" in user
+
+
+def test_method_labels_normalize():
+    assert normalize_method("  Vectorize loads! (v2) ") == "vectorize loads v2"
+    assert normalize_method("") == "unlabelled"
+
+
+def write_config(tmp_path, server) -> str:
+    path = tmp_path / "evo.toml"
+    path.write_text(f"""[run]
+suite = ["{KERNEL}"]
+backend = "static"
+pop = 4
+seed = 5
+store = "{tmp_path / 'store.sqlite'}"
+
+[llm]
+rate = 0.6
+base_url = "{server.base_url}"
+api_key_env = "EVO_TEST_KEY"
+timeout = 1.0
+retries = 1
+""")
+    return str(path)
+
+
+@needs_ptxas
+def test_run_with_llm_rate_evolves_patch_genes_and_resumes(llm_server, tmp_path, monkeypatch):
+    from evo.cli import main
+
+    monkeypatch.setenv("EVO_TEST_KEY", KEY)
+    monkeypatch.chdir(tmp_path)
+    llm_server.default = fake.text(SHIFTED)
+    llm_server.script([text(GOOD), malformed(), text("no diff here"), text(NOT_APPLYING)])
+    config = write_config(tmp_path, llm_server)
+    run_dir = tmp_path / "run"
+    assert main(["run", "--config", config, "--generations", "2", "--out", str(run_dir),
+                 "-q"]) == 0
+    first = json.loads((run_dir / "checkpoint.json").read_text())
+    patched = [ind for ind in first["kernels"][KERNEL]["state"]["population"]
+               if any("patch" in g for g in ind["genome"]["genes"])]
+    assert patched, "the population holds patch genes"
+    assert first["llm"]["proposed"] >= 1 and first["llm"]["calls"] >= 1
+    # Resume to 4 generations: the patch genes come back from the checkpoint intact.
+    assert main(["run", "--resume", str(run_dir), "--generations", "4", "-q"]) == 0
+    final = json.loads((run_dir / "checkpoint.json").read_text())
+    assert final["kernels"][KERNEL]["state"]["generation"] == 4
+    for ind in final["kernels"][KERNEL]["state"]["population"]:
+        genome = Genome.from_json(ind["genome"])  # every gene, patches too, reads back
+        assert apply_genome(find_kernel(KERNEL).ptx_text(), genome).outcomes is not None
+    assert final["llm"]["calls"] >= first["llm"]["calls"]
+    report = (run_dir / "report.md").read_text()
+    assert "patches:" in report and "proposed" in report
+    # The key is sent to the server but never written anywhere in the run folder.
+    assert any(KEY in r.headers.get("authorization", "") for r in llm_server.requests)
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(errors="replace"), path
+
+
+def test_missing_key_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
+    from evo.cli import main
+
+    monkeypatch.delenv("EVO_NO_SUCH_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", "--kernel", KERNEL, "--backend", "static", "--llm-rate", "0.5",
+                 "--config", str(_cfg_with_key_var(tmp_path)), "--out", str(tmp_path / "r")])
+    assert code == 2
+    assert "EVO_NO_SUCH_KEY" in capsys.readouterr().err
+
+
+def _cfg_with_key_var(tmp_path):
+    path = tmp_path / "k.toml"
+    path.write_text('[llm]\napi_key_env = "EVO_NO_SUCH_KEY"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    return path
