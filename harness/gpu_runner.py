@@ -1,0 +1,437 @@
+"""The GPU side of measurement: runs inside the worker process that ``harness.worker`` starts.
+
+``serve(conn, device_id)`` owns one CUDA context (through CuPy, imported here only) and
+answers ``MeasureRequest``s with ``Measurement``s. For each request:
+
+1. **Correctness gate**, per check seed: inputs from ``gate.make_inputs``; the baseline's
+   outputs on them (computed once per (kernel, baseline cubin, seed) and cached); then the
+   variant: upload inputs, poisoned outputs and canaries, launch, synchronize, read every
+   buffer back with its canary and let ``gate.check_launch`` judge. The first failure is
+   the answer. A baseline that itself fails is reported as ``baseline failed: ...``.
+2. **Timing**: ``clock64`` specs launch the instrumented cubin in batches, each launch
+   writing its own slice of one clock buffer, so a batch needs one readback; ``events``
+   specs replay a captured CUDA graph of K back-to-back launches between two events and
+   convert microseconds to cycles at the SM clock measured just before and after.
+   Both stop by the request's rule (``harness.worker.precise_enough``).
+
+A CUDA error is a ``launch error: <cuda error text>`` result. After any failed request
+``healthy()`` probes the context; a sticky error (illegal address, misaligned address,
+launch failure ...) leaves it unusable, so ``serve`` answers and then exits, and the parent
+starts a fresh process. Loaded modules, inputs and baseline outputs are cached across
+requests for speed.
+
+**Placement and state** (measured: gemm_tile_4x6x8, one SM always). The same cubin
+timed 1229..1378 cycles (H200) depending only on where in physical memory its buffers
+lay (their L2 slices), each figure reproduced to a cycle by a fresh process allocating
+the same way. So every worker allocates one arena first thing and lays every kernel's
+buffers out from the same offset in it (``BUFFER_ALIGN``-aligned, each ``CANARY_BYTES``
+longer; one kernel uses it at a time and every launch uploads all its buffers first):
+placement does not depend on what ran before. It can still change with a restart: with
+another process holding GPU memory, successive fresh workers got their arena alternately
+in two physical places (0.24 % apart on an H100), hence ``notes["worker_pid"]``. And all
+launches after one upload ran ~1243 or all ~1246 (H100), a state picked at the upload, so
+clock64 timing uploads again every ``CLOCK_BATCH`` launches to average over it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import time
+import traceback
+from collections import OrderedDict
+
+import numpy as np
+
+from harness import gate, instrument, record
+from harness.record import Measurement
+from harness.worker import precise_enough, summarize
+
+BASELINE_FAILED = "baseline failed"
+"""Reason prefix when the unmodified kernel itself fails its checks: the variant is not judged."""
+
+TIMING_FAILED = "timing failed"
+"""Reason prefix when a variant passed the gate but could not be timed (e.g. no clock words)."""
+
+STICKY_MARKERS = ("IllegalAddress", "ILLEGAL_ADDRESS", "MisalignedAddress", "MISALIGNED_ADDRESS",
+                  "LaunchFailure", "LAUNCH_FAILED", "IllegalInstruction", "ILLEGAL_INSTRUCTION",
+                  "HardwareStackError", "HARDWARE_STACK_ERROR", "InvalidPc", "INVALID_PC", "Assert")
+"""CUDA errors that leave the context unusable (``healthy()`` also probes; this is a shortcut)."""
+
+CLOCK_BATCH = 8  # clock64 launches per upload of the inputs and readback of the clock words
+EVENTS_CHUNK = 10  # events-mode replays between two looks at the stopping rule
+ARENA_BYTES = 256 << 20  # device memory every kernel's buffers are laid out in (see Runner)
+RESERVED_BYTES = 1 << 20  # the arena's head: SM-clock probe words and clock64 buffers
+BUFFER_ALIGN = 512  # each buffer starts on this boundary (CuPy's pool gives the same)
+GRAPH_TARGET_S = 1e-3  # an events-mode graph replay should take about this long
+MAX_GRAPH_LAUNCHES = 256
+PROBE_SPIN_NS = 1_000_000  # the SM-clock probe spins this long (1 ms)
+_CACHE_LIMITS = {"modules": 256, "buffers": 8, "seeds": 256}
+
+_PROBE_PTX = r"""
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry evo_clock_probe(.param .u64 out, .param .u64 spin_ns)
+{
+    .reg .u64 %rd<8>; .reg .pred %p<2>;
+    ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [spin_ns]; cvta.to.global.u64 %rd1, %rd1;
+    mov.u64 %rd3, %globaltimer; mov.u64 %rd4, %clock64;
+$L_spin:
+    mov.u64 %rd5, %globaltimer; sub.u64 %rd6, %rd5, %rd3; setp.lt.u64 %p1, %rd6, %rd2;
+    @%p1 bra $L_spin;
+    mov.u64 %rd7, %clock64;
+    st.global.u64 [%rd1], %rd3; st.global.u64 [%rd1+8], %rd5;
+    st.global.u64 [%rd1+16], %rd4; st.global.u64 [%rd1+24], %rd7;
+    ret;
+}
+"""  # one thread spins ~1 ms on %globaltimer (ns), reading %clock64 at both ends: SM MHz
+
+
+class _Failed(Exception):
+    """A result that ends the request early (the reason is the Measurement's)."""
+
+
+# ---------------------------------------------------------------------- the runner
+
+
+def _lru_put(cache: OrderedDict, key, value, limit: int):
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > limit:
+        cache.popitem(last=False)
+    return value
+
+
+def _lru_get(cache: OrderedDict, key):
+    value = cache.get(key)
+    if value is not None:
+        cache.move_to_end(key)
+    return value
+
+
+def _spec_key(spec) -> tuple:
+    """What the cached buffers, inputs and baseline outputs depend on."""
+    return (spec.name, spec.entry, spec.grid, spec.block, spec.shared_mem, spec.params)
+
+
+class Runner:
+    """One CUDA context on one device, with the caches that make a request cheap."""
+
+    def __init__(self, device_id: int):
+        import cupy
+
+        self.cp = cupy
+        self.cuda_errors = (cupy.cuda.runtime.CUDARuntimeError, cupy.cuda.driver.CUDADriverError)
+        cupy.cuda.Device(device_id).use()
+        props = cupy.cuda.runtime.getDeviceProperties(device_id)
+        name = props["name"]
+        self.device_name = name.decode() if isinstance(name, bytes) else str(name)
+        # Graph capture needs a stream other than the legacy default one.
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.stream.use()
+        # First allocation of the process, so that it lands in the same place every time.
+        self._arena = cupy.empty(ARENA_BYTES, dtype=cupy.uint8)
+        self._probe_out = self._arena[:32].view(cupy.uint64)
+        self._clock_buf = self._arena[BUFFER_ALIGN:RESERVED_BYTES].view(cupy.uint64)
+        self._modules: OrderedDict = OrderedDict()
+        self._buffers: OrderedDict = OrderedDict()
+        self._seeds: OrderedDict = OrderedDict()  # (spec, seed) -> inputs, images
+        self._baselines: OrderedDict = OrderedDict()  # (spec, baseline, seed, ref?) -> outputs
+        self._probe_fn = None
+
+    # -------------------------------------------------------------- plumbing
+
+    def function(self, cubin: bytes, entry: str):
+        """The kernel ``entry`` of ``cubin``, loaded once per distinct cubin (in-memory load)."""
+        key = (hashlib.sha256(cubin).hexdigest(), entry)
+        fn = _lru_get(self._modules, key)
+        if fn is None:
+            module = self.cp.cuda.function.Module()
+            module.load(bytes(cubin))
+            fn = _lru_put(self._modules, key, module.get_function(entry), _CACHE_LIMITS["modules"])
+        return fn
+
+    def buffers(self, spec) -> dict:
+        """A uint8 device buffer per buffer param, ``CANARY_BYTES`` longer, at fixed places.
+
+        Laid out in the arena from ``RESERVED_BYTES`` on, in param order, so the same spec
+        gets the same addresses in every request and every worker process (see Placement).
+        """
+        key = _spec_key(spec)
+        bufs = _lru_get(self._buffers, key)
+        if bufs is None:
+            bufs, offset = {}, RESERVED_BYTES
+            for p in spec.buffers():
+                size = p.nbytes + gate.CANARY_BYTES
+                bufs[p.name] = self._arena[offset:offset + size]
+                offset += -(-size // BUFFER_ALIGN) * BUFFER_ALIGN
+            if offset > ARENA_BYTES:  # too big for the arena: own allocations, placed anyhow
+                bufs = {p.name: self.cp.empty(p.nbytes + gate.CANARY_BYTES, dtype=self.cp.uint8)
+                        for p in spec.buffers()}
+            _lru_put(self._buffers, key, bufs, _CACHE_LIMITS["buffers"])
+        return bufs
+
+    def placement(self, spec) -> str:
+        """How the spec's buffers are placed, for the notes."""
+        first = next(iter(self.buffers(spec).values()))
+        if first.data.ptr == self._arena.data.ptr + RESERVED_BYTES:
+            return f"arena+{RESERVED_BYTES:#x}"
+        return f"own allocations (over the {ARENA_BYTES >> 20} MiB arena)"
+
+    def seed_data(self, spec, seed: int) -> tuple[dict, dict]:
+        """(inputs, upload images) for one seed: outputs poisoned, every buffer with its canary."""
+        key = (_spec_key(spec), seed)
+        data = _lru_get(self._seeds, key)
+        if data is None:
+            inputs = gate.make_inputs(spec, seed)
+            images = {p.name: gate.with_canary(gate.poisoned(p) if p.role == "out" else inputs[p.name])
+                      for p in spec.buffers()}
+            data = _lru_put(self._seeds, key, (inputs, images), _CACHE_LIMITS["seeds"])
+        return data
+
+    def args(self, spec, bufs: dict) -> list:
+        """Kernel arguments in PTX param order: device buffers and typed NumPy scalars."""
+        return [bufs[p.name] if p.kind == "buffer" else spec.numpy_dtype(p.dtype).type(p.value)
+                for p in spec.params]
+
+    def upload(self, spec, bufs: dict, images: dict) -> None:
+        for p in spec.buffers():
+            bufs[p.name].set(images[p.name])
+
+    def launch(self, fn, spec, args, stream=None) -> None:
+        fn(spec.grid, spec.block, tuple(args), shared_mem=spec.shared_mem, stream=stream)
+
+    def run_checked(self, fn, spec, seed: int) -> dict:
+        """Upload one seed's images, launch once, synchronize; every buffer's image read back."""
+        bufs = self.buffers(spec)
+        _, images = self.seed_data(spec, seed)
+        self.upload(spec, bufs, images)
+        self.launch(fn, spec, self.args(spec, bufs))
+        self.stream.synchronize()  # a fault in the kernel raises here
+        return {p.name: bufs[p.name].get() for p in spec.buffers()}
+
+    def healthy(self) -> bool:
+        """False when the context is unusable (a sticky error): a tiny memset must succeed."""
+        try:
+            self._probe_out.fill(0)
+            self.stream.synchronize()
+            self.cp.cuda.runtime.deviceSynchronize()
+            return True
+        except Exception:
+            return False
+
+    # -------------------------------------------------------------- correctness
+
+    def baseline_outputs(self, request, seed: int) -> dict:
+        """The baseline's outputs on one seed (cached); raises _Failed if the baseline fails."""
+        spec = request.spec
+        key = (_spec_key(spec), hashlib.sha256(request.baseline_cubin).hexdigest(), seed,
+               request.check_reference)
+        outputs = _lru_get(self._baselines, key)
+        if outputs is not None:
+            return outputs
+        try:
+            after = self.run_checked(self.function(request.baseline_cubin, spec.entry), spec, seed)
+        except self.cuda_errors as err:
+            raise _Failed(f"{BASELINE_FAILED}: {record.LAUNCH_ERROR}: {err}") from None
+        inputs, _ = self.seed_data(spec, seed)
+        ok, reason = gate.check_launch(spec, inputs, after, None)
+        if not ok:
+            raise _Failed(f"{BASELINE_FAILED}: {reason} (seed {seed})")
+        outputs = {p.name: gate.split_canary(after[p.name], p)[0] for p in spec.outputs()}
+        if request.check_reference:
+            reference = gate.reference_outputs(spec, inputs)
+            if reference is None:
+                raise _Failed(f"{BASELINE_FAILED}: spec {spec.name} names no NumPy reference")
+            ok, reason = gate.compare(outputs, reference, spec)
+            if not ok:
+                raise _Failed(f"{BASELINE_FAILED}: disagrees with the NumPy reference: {reason} (seed {seed})")
+        return _lru_put(self._baselines, key, outputs, _CACHE_LIMITS["seeds"])
+
+    def check(self, request) -> None:
+        """The correctness gate over every check seed; raises _Failed with the first reason."""
+        spec = request.spec
+        fn = self.function(request.cubin, spec.entry)
+        for seed in request.check_seeds:
+            expected = self.baseline_outputs(request, seed)
+            after = self.run_checked(fn, spec, seed)
+            inputs, _ = self.seed_data(spec, seed)
+            ok, reason = gate.check_launch(spec, inputs, after, expected)
+            if not ok:
+                raise _Failed(f"{reason} (seed {seed})")
+
+    # -------------------------------------------------------------- timing
+
+    def time_clock64(self, request) -> tuple[list[float], dict]:
+        """Cycles of each launch of the instrumented cubin, read from its clock words."""
+        spec = request.spec
+        if request.clock_cubin is None:
+            raise _Failed(f"{TIMING_FAILED}: spec {spec.name} times with clock64 but the request "
+                          "has no clock_cubin (instrument the variant)")
+        fn = self.function(request.clock_cubin, spec.entry)
+        bufs = self.buffers(spec)
+        images = self.seed_data(spec, request.timing_seed)[1]
+        args = self.args(spec, bufs)
+        words = instrument.clock_words(spec)
+        clock = self._clock_buf  # room for CLOCK_BATCH launches of a 1024-thread block
+        base = clock.data.ptr
+
+        def batch(count: int) -> list[int]:
+            # A fresh upload per batch (see "Placement and state"). Each launch writes its
+            # own slice of the clock buffer, so the batch's launches run back to back.
+            self.upload(spec, bufs, images)
+            clock[:count * words].fill(instrument.CLOCK_POISON)
+            for i in range(count):
+                self.launch(fn, spec, args + [base + 8 * words * i])
+            self.stream.synchronize()
+            rows = clock[:count * words].get().reshape(count, words)
+            pairs = rows.reshape(count, -1, 2)
+            start, end = pairs[..., 0], pairs[..., 1]
+            if (pairs == instrument.CLOCK_POISON).any() or (end < start).any():
+                try:  # the slow path only to get cycles_from_clock's precise message
+                    [instrument.cycles_from_clock(row) for row in rows]
+                except ValueError as err:
+                    raise _Failed(f"{TIMING_FAILED}: {err}") from None
+            # cycles_from_clock for all rows at once: max(end) - min(start) per launch.
+            return (end.max(axis=1) - start.min(axis=1)).astype(np.int64).tolist()
+
+        for done in range(0, request.warmup, CLOCK_BATCH):
+            batch(min(CLOCK_BATCH, request.warmup - done))
+        samples: list[float] = []
+        variances = []  # per batch: launch-to-launch noise within one upload's state
+        while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem):
+            cycles = batch(min(CLOCK_BATCH, request.max_reps - len(samples)))
+            samples += cycles
+            variances.append(float(np.var(cycles)))
+        return samples, {"launches_per_upload": CLOCK_BATCH, "placement": self.placement(spec),
+                         "within_batch_std": float(np.sqrt(np.mean(variances)))}
+
+    def sm_mhz(self) -> float:
+        """The SM clock now, in MHz: Δ%clock64 / Δ%globaltimer over a ~1 ms spin of one thread."""
+        if self._probe_fn is None:
+            module = self.cp.cuda.function.Module()
+            module.load(_PROBE_PTX.encode() + b"\0")  # PTX: the driver JIT-compiles it once
+            self._probe_fn = module.get_function("evo_clock_probe")
+        self._probe_fn((1, 1, 1), (1, 1, 1), (self._probe_out, np.uint64(PROBE_SPIN_NS)))
+        self.stream.synchronize()
+        t0, t1, c0, c1 = (int(v) for v in self._probe_out.get())
+        return (c1 - c0) / (t1 - t0) * 1000.0
+
+    def time_events(self, request) -> tuple[list[float], dict]:
+        """Cycles per launch of the uninstrumented cubin, from CUDA events around graph replays."""
+        spec, cp, stream = request.spec, self.cp, self.stream
+        fn = self.function(request.cubin, spec.entry)
+        bufs = self.buffers(spec)
+        self.upload(spec, bufs, self.seed_data(spec, request.timing_seed)[1])
+        args = self.args(spec, bufs)
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+
+        def elapsed_us(run, count: int) -> float:
+            start.record(stream)
+            run()
+            stop.record(stream)
+            stop.synchronize()
+            return cp.cuda.get_elapsed_time(start, stop) * 1000.0 / count
+
+        def loop(count: int):
+            return lambda: [self.launch(fn, spec, args, stream) for _ in range(count)]
+
+        loop(max(request.warmup, 1))()
+        estimate = elapsed_us(loop(10), 10)  # includes the ~µs launch floor: an upper bound
+        k = int(min(MAX_GRAPH_LAUNCHES, max(1, GRAPH_TARGET_S * 1e6 / max(estimate, 1e-3))))
+        notes = {"graph_launches": k, "caches": "warm (inputs reused across launches)",
+                 "placement": self.placement(spec)}
+        try:
+            stream.begin_capture()
+            try:
+                loop(k)()
+            finally:
+                graph = stream.end_capture()
+            replay = functools.partial(graph.launch, stream)  # keeps the graph alive
+            replay()
+            stream.synchronize()
+        except Exception as err:  # capture unsupported here: time a plain loop instead
+            if isinstance(err, self.cuda_errors) and any(m in str(err) for m in STICKY_MARKERS):
+                raise
+            replay = loop(k)
+            notes["graph"] = f"capture failed ({err}); timed a loop of {k} launches on one stream"
+        mhz_before = self.sm_mhz()
+        samples: list[float] = []
+        while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem):
+            for _ in range(min(EVENTS_CHUNK, request.max_reps - len(samples))):
+                samples.append(elapsed_us(replay, k))
+        mhz_after = self.sm_mhz()
+        mhz = (mhz_before + mhz_after) / 2
+        notes.update(sm_mhz_before=round(mhz_before, 1), sm_mhz_after=round(mhz_after, 1), sm_mhz=round(mhz, 1),
+                     us_per_launch=float(np.median(samples)))
+        return [us * mhz for us in samples], notes
+
+    # -------------------------------------------------------------- one request
+
+    def measure(self, request) -> Measurement:
+        """Check, then time one variant; never raises (a failure is an invalid Measurement)."""
+        t0 = time.perf_counter()
+        spec = request.spec
+        result = Measurement(kernel=request.kernel_name or spec.name, device=self.device_name,
+                             valid=False, backend="gpu", timer=spec.timing)
+        # The pid names the worker process: figures from one process share one placement
+        # (module docstring); across a restart they may shift by a few tenths of a percent.
+        result.notes = {"check_seeds": list(request.check_seeds), "timing_seed": request.timing_seed,
+                        "worker_pid": os.getpid()}
+        try:
+            self.check(request)
+            if spec.timing == "clock64":
+                samples, notes = self.time_clock64(request)
+            else:
+                samples, notes = self.time_events(request)
+            stats = summarize(samples)
+            result.valid, result.reason = True, record.OK
+            result.cycles, result.p10, result.p90, result.n = (
+                stats["cycles"], stats["p10"], stats["p90"], stats["n"])
+            result.flags = gate.speedup_flags(request.baseline_cycles, result.cycles)
+            result.notes.update(notes, median=stats["median"], std=stats["std"], rel_sem=stats["rel_sem"])
+        except _Failed as failed:
+            result.reason = str(failed)
+        except self.cuda_errors as err:
+            result.reason = f"{record.LAUNCH_ERROR}: {err}"
+        except Exception as err:  # a harness bug: say so rather than blame the variant
+            result.reason = f"worker error: {type(err).__name__}: {err}"
+            result.notes["traceback"] = traceback.format_exc(limit=8)
+        result.seconds = time.perf_counter() - t0
+        return result
+
+
+def serve(conn, device_id: int) -> None:
+    """The worker process's main loop: handshake, then one answer per request until None/EOF.
+
+    After an invalid answer the context is probed; if it is unusable the process tells the
+    parent (``alive=False``) and exits at once with ``os._exit``, skipping CuPy's teardown
+    (whose frees would fail on the dead context and print noise).
+    """
+    try:
+        runner = Runner(device_id)
+    except Exception as err:
+        conn.send(("error", f"{type(err).__name__}: {err}"))
+        return
+    conn.send(("ready", runner.device_name))
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            break  # the parent is gone
+        if request is None:
+            break
+        try:
+            measurement = runner.measure(request)
+        except KeyboardInterrupt:
+            break
+        alive = measurement.valid or (
+            not any(m in measurement.reason for m in STICKY_MARKERS) and runner.healthy())
+        conn.send(("result", measurement, alive))
+        if not alive:
+            conn.close()
+            os._exit(0)
+    conn.close()
+    os._exit(0)  # skip teardown: the parent does not wait for CuPy's frees

@@ -1,0 +1,234 @@
+"""The GPU worker on a real GPU: the gate rejects planted bugs for the right reason, the
+worker survives every one of them, every suite baseline matches its NumPy reference, and
+timings repeat.
+
+Run with ``python3 -m pytest -m gpu -x -q`` on a machine with an NVIDIA GPU and CuPy.
+The planted-bad kernels are made here by editing suite PTX text, then assembled with ptxas.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+
+from harness import record
+from harness.compile import compile_ptx
+from harness.gpu_runner import BASELINE_FAILED
+from harness.instrument import instrument
+from harness.suite import find_kernel, suite_names
+from harness.worker import GpuWorker, MeasureRequest
+
+pytestmark = pytest.mark.gpu
+
+SEEDS = (11, 12, 13, 14, 15)
+TIMING_SEED = 99
+
+
+@functools.cache
+def cubin(ptx: str) -> bytes:
+    result = compile_ptx(ptx)
+    assert result.ok, result.error
+    return result.cubin
+
+
+def make_request(name: str, ptx: str | None = None, **kw) -> MeasureRequest:
+    """A request for suite kernel `name`, variant `ptx` (default: the baseline itself)."""
+    spec = find_kernel(name)
+    base = spec.ptx_text()
+    ptx = base if ptx is None else ptx
+    clock = cubin(instrument(ptx, spec.entry)) if spec.timing == "clock64" else None
+    return MeasureRequest(spec=spec, cubin=cubin(ptx), baseline_cubin=cubin(base), clock_cubin=clock,
+                          check_seeds=SEEDS, timing_seed=TIMING_SEED, **kw)
+
+
+@pytest.fixture(scope="module")
+def worker():
+    with GpuWorker(0) as w:
+        yield w
+
+
+# ---------------------------------------------------------------------- precision
+
+
+def test_clock64_medians_agree_across_fresh_processes():
+    """Same cubin, five fresh worker processes: reported cycles within 0.2 %.
+
+    Measured on gemm_tile_4x6x8 (~1250-1300 cycles): back-to-back launches vary by a std of
+    0.2 % (H200), 0.3 % (one H100) and 0.6 % (another H100); on top of that each upload of
+    the inputs lands in one of a few states ~3 cycles apart, which the worker averages by
+    uploading every 8 launches. The reported figure (``harness.worker.central``, a smoothed
+    median) of 320 samples (about 2 ms) then agreed across processes to 0.03-0.07 %.
+
+    It runs first, before the module's `worker` fixture exists: with another process holding
+    GPU memory, successive fresh workers got their arena alternately in two physical places
+    and read 1322.2 / 1325.4 cycles (0.24 % apart) -- placement, not noise (module docstring
+    of harness.gpu_runner).
+    """
+    figures = []
+    for _ in range(5):
+        with GpuWorker(0) as fresh:
+            m = fresh.measure(make_request("gemm_tile_4x6x8", min_reps=320))
+        assert m.valid, m.reason
+        assert m.notes["within_batch_std"] < 0.01 * m.cycles, m.notes
+        spread = (m.p90 - m.p10) / 2.563  # the std of a normal distribution, from its p10..p90
+        assert spread < 0.01 * m.cycles, (m.p10, m.cycles, m.p90)
+        figures.append(m.cycles)
+    assert max(figures) <= min(figures) * 1.002, figures
+
+
+# ---------------------------------------------------------------------- planted bugs
+
+GEMM = "gemm_tile_4x4x4"
+
+
+def _gemm() -> str:
+    return find_kernel(GEMM).ptx_text()
+
+
+def _pointer_reg(ptx: str, param_index: int) -> str:
+    """The global-space register holding param `param_index`'s pointer (after cvta.to.global)."""
+    loaded = re.search(rf"ld\.param\.u64\s+(%rd\d+),\s*\[\w+_param_{param_index}\]", ptx).group(1)
+    return re.search(rf"cvta\.to\.global\.u64\s+(%rd\d+),\s*{re.escape(loaded)};", ptx).group(1)
+
+
+def _stores(ptx: str) -> list[re.Match]:
+    return list(re.finditer(r"^\s*st\.global\.f32\s+\[[^\]]+\],\s*(%f\d+);\n", ptx, re.MULTILINE))
+
+
+def _before_last_store(ptx: str, text: str) -> str:
+    last = _stores(ptx)[-1]
+    return ptx[:last.start()] + text + ptx[last.start():]
+
+
+def wrong_fma() -> str:
+    """The first fma multiplies its first source by itself instead of by the B element."""
+    return re.sub(r"(fma\.rn\.f32\s+%f\d+,\s*(%f\d+),\s*)%f\d+", r"\1\2", _gemm(), count=1)
+
+
+def one_store_dropped() -> str:
+    """C[15] is never written."""
+    ptx = _gemm()
+    last = _stores(ptx)[-1]
+    return ptx[:last.start()] + ptx[last.end():]
+
+
+def all_stores_dropped() -> str:
+    """No element of C is written (the kernel still loads and computes)."""
+    return re.sub(r"^\s*st\.global\.f32\s+\[[^\]]+\],\s*%f\d+;\n", "", _gemm(), flags=re.MULTILINE)
+
+
+def input_clobbered() -> str:
+    """A[2] is overwritten with C[15] at the end (after every load of A)."""
+    ptx = _gemm()
+    value = _stores(ptx)[-1].group(1)
+    return ptx.replace("\tret;", f"\tst.global.f32 \t[{_pointer_reg(ptx, 0)}+8], {value};\n\tret;")
+
+
+def out_of_bounds_store() -> str:
+    """One extra store just past C's 16 floats: into the canary."""
+    ptx = _gemm()
+    value = _stores(ptx)[-1].group(1)
+    return ptx.replace("\tret;", f"\tst.global.f32 \t[{_pointer_reg(ptx, 2)}+64], {value};\n\tret;")
+
+
+def misaligned_v4_load() -> str:
+    """A's first load becomes a v4 load at A+4 (not 16-byte aligned); the three extra lanes
+    feed the last output so that ptxas cannot narrow the load back to a scalar one."""
+    ptx = _gemm()
+    a = _pointer_reg(ptx, 0)
+    first = re.search(rf"ld\.global\.f32\s+(%f\d+),\s*\[{re.escape(a)}\];", ptx)
+    ptx = ptx.replace(first.group(0), f"ld.global.v4.f32 \t{{{first.group(1)}, %evod0, %evod1, %evod2}}, [{a}+4];")
+    ptx = ptx.replace(".reg .b64", ".reg .f32 \t%evod<3>;\n\t.reg .b64", 1)
+    value = _stores(ptx)[-1].group(1)
+    fold = "".join(f"\tadd.f32 \t{value}, {value}, %evod{i};\n" for i in range(3))
+    return _before_last_store(ptx, fold)
+
+
+def illegal_address() -> str:
+    """A store to address 0."""
+    ptx = _gemm().replace(".reg .b64", ".reg .b64 \t%evobad;\n\t.reg .b64", 1)
+    value = _stores(ptx)[-1].group(1)
+    return ptx.replace("\tret;", f"\tmov.u64 \t%evobad, 0;\n\tst.global.f32 \t[%evobad], {value};\n\tret;")
+
+
+def infinite_loop() -> str:
+    """Spins forever before returning."""
+    return _gemm().replace("\tret;", "$L__planted_hang:\n\tbra.uni \t$L__planted_hang;\n\tret;")
+
+
+def race_without_barriers() -> str:
+    """reduce_sum with every bar.sync removed: warps of a block read shared-memory partial
+    sums that other warps have not written yet (checked on an H200 to give wrong sums)."""
+    return re.sub(r"^\s*bar\.sync\s+0;\n", "", find_kernel("reduce_sum").ptx_text(), flags=re.MULTILINE)
+
+
+PLANTED = [
+    ("wrong fma source", GEMM, wrong_fma, record.WRONG, ""),
+    ("one store dropped", GEMM, one_store_dropped, record.UNWRITTEN, "1 of 16"),
+    ("all stores dropped", GEMM, all_stores_dropped, record.UNWRITTEN, "16 of 16"),
+    ("input clobbered", GEMM, input_clobbered, record.INPUT_CLOBBERED, "of A"),
+    ("out-of-bounds store", GEMM, out_of_bounds_store, record.OUT_OF_BOUNDS, "after C"),
+    ("misaligned v4 load", GEMM, misaligned_v4_load, record.LAUNCH_ERROR, "isaligned"),
+    ("illegal address", GEMM, illegal_address, record.LAUNCH_ERROR, "llegal"),
+    ("infinite loop", GEMM, infinite_loop, record.TIMEOUT, ""),
+    ("data race", "reduce_sum", race_without_barriers, record.WRONG, "partial"),
+]
+
+
+@pytest.mark.parametrize("label, kernel, make_ptx, reason, detail", PLANTED, ids=[p[0] for p in PLANTED])
+def test_planted_bug_is_rejected_and_the_worker_recovers(worker, label, kernel, make_ptx, reason, detail):
+    ptx = make_ptx()
+    assert ptx != find_kernel(kernel).ptx_text()
+    bad = worker.measure(make_request(kernel, ptx, timeout_s=3.0))
+    assert not bad.valid, f"{label} was accepted: {bad.label()}"
+    assert bad.reason.startswith(reason), bad.reason
+    assert detail in bad.reason, bad.reason
+    good = worker.measure(make_request(GEMM))
+    assert good.valid, good.reason
+    assert good.cycles > 0 and good.timer == "clock64"
+
+
+def test_device_name(worker):
+    assert "NVIDIA" in worker.device_name()
+
+
+def test_baseline_failure_is_reported_as_such(worker):
+    """A 'baseline' that leaves C unwritten: the variant is not blamed."""
+    spec = find_kernel(GEMM)
+    req = make_request(GEMM)
+    broken = cubin(all_stores_dropped())
+    m = worker.measure(MeasureRequest(spec=spec, cubin=req.cubin, baseline_cubin=broken,
+                                      clock_cubin=req.clock_cubin, check_seeds=SEEDS, timing_seed=TIMING_SEED))
+    assert not m.valid and m.reason.startswith(BASELINE_FAILED), m.reason
+
+
+def test_speedup_over_10x_is_flagged(worker):
+    m = worker.measure(make_request(GEMM))
+    assert m.valid and m.flags == []
+    flagged = worker.measure(make_request(GEMM, baseline_cycles=m.cycles * 20))
+    assert flagged.valid and flagged.flags
+
+
+# ---------------------------------------------------------------------- the suite itself
+
+
+@pytest.mark.parametrize("name", suite_names())
+def test_suite_baseline_matches_its_reference(worker, name):
+    m = worker.measure(make_request(name, check_reference=True, timeout_s=60.0))
+    assert m.valid, m.reason
+    assert m.cycles > 0 and m.n >= 30
+    assert m.timer == find_kernel(name).timing
+
+
+# ---------------------------------------------------------------------- precision
+
+
+def test_events_timing_is_positive_and_repeatable(worker):
+    first = worker.measure(make_request("reduce_sum"))
+    second = worker.measure(make_request("reduce_sum"))
+    for m in (first, second):
+        assert m.valid and m.timer == "events", m.reason
+        assert m.cycles > 0 and 500 < m.notes["sm_mhz_before"] < 5000
+    assert abs(first.cycles - second.cycles) <= 0.05 * first.cycles, (first.cycles, second.cycles)
