@@ -391,7 +391,8 @@ class Runner:
             result.cycles, result.p10, result.p90, result.n = (
                 stats["cycles"], stats["p10"], stats["p90"], stats["n"])
             result.flags = gate.speedup_flags(request.baseline_cycles, result.cycles)
-            result.notes.update(notes, median=stats["median"], std=stats["std"], rel_sem=stats["rel_sem"])
+            result.notes.update(notes, median=stats["median"], std=stats["std"],
+                                robust_std=stats["robust_std"], rel_sem=stats["rel_sem"])
         except _Failed as failed:
             result.reason = str(failed)
         except self.cuda_errors as err:
