@@ -115,6 +115,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
               f"  evo run --resume {run.path}", file=sys.stderr)
         raise
     finally:
+        evaluator.close()
         store.close()
     progress.close()
     run.write_text("report.md", report.render_report(run, results, backend.describe(),

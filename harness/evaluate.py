@@ -21,10 +21,11 @@ baseline measurement.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from genomes import ptx as ptx_model
 from genomes.genome import Applied, Genome, apply_genome
@@ -66,14 +67,41 @@ class EvalStats:
         return out
 
 
+@dataclass
+class Batch:
+    """A batch between the two stages: prepared (applied, deduplicated, compiled, looked
+    up in the store) and waiting for the backend. See ``Evaluator.prepare``/``finish``."""
+
+    spec: object
+    variants: list[Variant]
+    base: Measurement | None
+    stats: EvalStats
+    by_ptx: dict[str, Variant] = field(default_factory=dict)
+    by_code: dict[str, list[Variant]] = field(default_factory=dict)
+    result: dict[str, Measurement] = field(default_factory=dict)  # ptx_hash -> answer
+    cached: set[str] = field(default_factory=set)
+    to_measure: list[Variant] = field(default_factory=list)
+    version: str = ""
+
+
 class Evaluator:
-    """Runs the pipeline of the module docstring for one backend and one store."""
+    """Runs the pipeline of the module docstring for one backend and one store.
+
+    ``evaluate`` is ``finish(prepare(...))``. The two stages may overlap across batches
+    (prepare the next batch on the CPUs while the GPU measures this one), which is what
+    ``harness.bench_throughput`` does; the store and the backends are thread-safe.
+    """
 
     def __init__(self, backend: Backend, store: Store | None = None, workers: int | None = None,
-                 arch: str = "sm_90"):
+                 arch: str = "sm_90", apply_workers: int | None = None):
         self.backend = backend
         self.store = store if store is not None else Store(":memory:")
         self.workers = workers or os.cpu_count() or 1
+        # Applying genomes is pure Python (~4 ms each on gemm tiles): on a machine with
+        # cores to spare, batches go to a process pool. Results are identical either way.
+        self.apply_workers = apply_workers if apply_workers is not None else (
+            self.workers if self.workers >= 8 else 0)
+        self._apply_pool = None
         self.arch = arch
         self.stats = EvalStats()
         self._modules: dict[str, ptx_model.Module] = {}  # parsed baseline PTX per kernel
@@ -82,111 +110,149 @@ class Evaluator:
     # ------------------------------------------------------------------ public
     def evaluate(self, spec, genomes: list[Genome]) -> list[Measurement]:
         """One Measurement per genome, in input order (see the module docstring)."""
+        return self.finish(self.prepare(spec, genomes))
+
+    def prepare(self, spec, genomes: list[Genome]) -> Batch:
+        """Stages 1-4: materialize, PTX lookup, ptxas, code lookup (no GPU work but the
+        kernel's baseline, the first time)."""
         base = self.baseline(spec)
         start = time.perf_counter()
-        module = self._module(spec)
-        variants = []
-        for genome in genomes:
-            applied = apply_genome(module, genome)
-            variants.append(_variant(genome, applied))
+        variants = [_variant(g, a) for g, a in zip(genomes, self._apply_all(spec, genomes))]
         self.stats.apply_seconds += time.perf_counter() - start
         self.stats.genomes += len(genomes)
-        return self._run(spec, variants, base, self.stats)
+        return self._prepare(spec, variants, base, self.stats)
+
+    def finish(self, batch: Batch) -> list[Measurement]:
+        """Stages 5-6: the backend measures each unique new code once; store; answer."""
+        return self._finish(batch)
+
+    def close(self) -> None:
+        if self._apply_pool is not None:
+            self._apply_pool.shutdown(cancel_futures=True)
+            self._apply_pool = None
 
     def baseline(self, spec) -> Measurement:
         """The kernel's unmodified PTX, through the same pipeline (memoized per kernel)."""
         if spec.name not in self._baselines:
             text = spec.ptx_text()
             v = Variant(Genome(), text, ptx_hash(text), is_baseline=True)
-            m = self._run(spec, [v], None, EvalStats())[0]
+            m = self._finish(self._prepare(spec, [v], None, EvalStats()))[0]
             self._baselines[spec.name] = (v.ptx_hash, v.code_hash, m)
         return self._baselines[spec.name][2]
 
     # ------------------------------------------------------------------ pipeline
-    def _run(self, spec, variants: list[Variant], base: Measurement | None,
-             stats: EvalStats) -> list[Measurement]:
+    def _apply_all(self, spec, genomes: list[Genome]) -> list[Applied]:
+        if self.apply_workers < 2 or len(genomes) < 4:
+            module = self._module(spec)
+            return [apply_genome(module, g) for g in genomes]
+        if self._apply_pool is None:
+            import multiprocessing
+
+            self._apply_pool = concurrent.futures.ProcessPoolExecutor(
+                self.apply_workers, mp_context=multiprocessing.get_context("spawn"))
+        path = str(spec.ptx_path)
+        return list(self._apply_pool.map(_apply_from_file, [path] * len(genomes),
+                                         [g.to_json() for g in genomes]))
+
+    def _prepare(self, spec, variants: list[Variant], base: Measurement | None,
+                 stats: EvalStats) -> Batch:
+        b = Batch(spec, variants, base, stats)
         dev, kernel, store = self.backend.device, spec.name, self.store
-        writes = self.backend.writes_store
         known = self._baselines.get(kernel)
 
         # (2) PTX level: one entry per distinct PTX; the baseline's PTX is its measurement.
-        by_ptx: dict[str, Variant] = {}
         for v in variants:
-            by_ptx.setdefault(v.ptx_hash, v)
-        stats.unique_ptx += len(by_ptx)
-        result: dict[str, Measurement] = {}  # ptx_hash -> answer
-        cached: set[str] = set()
-        for h in by_ptx:
+            b.by_ptx.setdefault(v.ptx_hash, v)
+        stats.unique_ptx += len(b.by_ptx)
+        for h in b.by_ptx:
             found = known[2] if known and h == known[0] else store.lookup_ptx(dev, kernel, h)
             if found is not None:
-                result[h] = found
-                cached.add(h)
-        stats.ptx_hits += len(cached)
+                b.result[h] = found
+                b.cached.add(h)
+        stats.ptx_hits += len(b.cached)
 
         # (3) compile every PTX the store did not know, in parallel.
-        todo = [v for h, v in by_ptx.items() if h not in result]
+        todo = [v for h, v in b.by_ptx.items() if h not in b.result]
         start = time.perf_counter()
         compiled = compile_many([v.ptx for v in todo], self.arch, workers=self.workers)
         stats.compile_seconds += time.perf_counter() - start
         stats.compiled += len(todo)
-        version = ptxas_version() if todo else ""
-        by_code: dict[str, list[Variant]] = {}
+        b.version = ptxas_version() if todo else ""
         for v, c in zip(todo, compiled):
             v.compiled = c
             if c.ok:
                 v.code_hash = code_hash(cubin_text_hash(c.cubin), c.registers, c.shared_mem)
-                by_code.setdefault(v.code_hash, []).append(v)
+                b.by_code.setdefault(v.code_hash, []).append(v)
                 continue
             stats.ptxas_errors += 1
             m = Measurement(kernel=kernel, device=dev, valid=False, backend=self.backend.name,
                             reason=f"{record.PTXAS_ERROR}: {c.error}", ptx_hash=v.ptx_hash,
                             seconds=c.seconds, notes={"ptxas_log": c.log[-2000:]})
-            result[v.ptx_hash] = m
+            b.result[v.ptx_hash] = m
             # A timeout says more about the machine's load than the PTX: let it be retried.
-            if writes and not (c.error or "").startswith("ptxas timed out"):
-                store.put(dev, kernel, v.ptx_hash, ptxas_error_key(v.ptx_hash), m, version)
+            if self.backend.writes_store and not (c.error or "").startswith("ptxas timed out"):
+                store.put(dev, kernel, v.ptx_hash, ptxas_error_key(v.ptx_hash), m, b.version)
 
         # (4) code level: identical cubins (from different PTX) are one candidate.
-        stats.unique_code += len(by_code)
-        to_measure = []
-        for h, group in by_code.items():
+        stats.unique_code += len(b.by_code)
+        for h, group in b.by_code.items():
             found = known[2] if known and h == known[1] else store.lookup_code(dev, kernel, h)
             if found is None:
-                to_measure.append(group[0])
+                b.to_measure.append(group[0])
                 continue
             stats.code_hits += 1
             for v in group:
-                result[v.ptx_hash] = found
-                cached.add(v.ptx_hash)
-                if writes:
+                b.result[v.ptx_hash] = found
+                b.cached.add(v.ptx_hash)
+                if self.backend.writes_store:
                     store.link_ptx(dev, kernel, v.ptx_hash, h)
+        # Whatever the backend can do ahead on the CPUs (e.g. instrumented cubins).
+        start = time.perf_counter()
+        self.backend.prepare(spec, b.to_measure)
+        stats.compile_seconds += time.perf_counter() - start
+        return b
 
+    def _finish(self, b: Batch) -> list[Measurement]:
+        dev, kernel, store, stats = self.backend.device, b.spec.name, self.store, b.stats
+        writes = self.backend.writes_store
         # (5)+(6) the backend checks and times each unique new code once.
         start = time.perf_counter()
-        measured = self.backend.measure_many(spec, to_measure, baseline=base) if to_measure else []
+        measured = (self.backend.measure_many(b.spec, b.to_measure, baseline=b.base)
+                    if b.to_measure else [])
         stats.measure_seconds += time.perf_counter() - start
-        stats.measured += len(to_measure)
-        for rep, m in zip(to_measure, measured):
+        stats.measured += len(b.to_measure)
+        for rep, m in zip(b.to_measure, measured):
             m = _with_code(m, rep)
             keep = writes and not m.notes.get("transient") and not m.reason.startswith(record.NOT_MEASURED)
-            for i, v in enumerate(by_code[rep.code_hash]):
-                result[v.ptx_hash] = m
+            for i, v in enumerate(b.by_code[rep.code_hash]):
+                b.result[v.ptx_hash] = m
                 if keep:
                     if i == 0:
-                        store.put(dev, kernel, v.ptx_hash, v.code_hash, m, version)
+                        store.put(dev, kernel, v.ptx_hash, v.code_hash, m, b.version)
                     else:
                         store.link_ptx(dev, kernel, v.ptx_hash, v.code_hash)
 
-        for v in variants:  # a variant whose PTX was deduplicated has no code hash of its own
+        for v in b.variants:  # a variant whose PTX was deduplicated has no code hash of its own
             if not v.code_hash:
-                v.code_hash = by_ptx[v.ptx_hash].code_hash or result[v.ptx_hash].sass_hash
-        return [_personal(result[v.ptx_hash], v, v.ptx_hash in cached) for v in variants]
+                v.code_hash = b.by_ptx[v.ptx_hash].code_hash or b.result[v.ptx_hash].sass_hash
+        return [_personal(b.result[v.ptx_hash], v, v.ptx_hash in b.cached) for v in b.variants]
 
     def _module(self, spec) -> ptx_model.Module:
         """The parsed baseline PTX (parsed once per kernel: apply_genome copies it)."""
         if spec.name not in self._modules:
             self._modules[spec.name] = ptx_model.parse(spec.ptx_text(), str(spec.ptx_path))
         return self._modules[spec.name]
+
+
+_APPLY_CACHE: dict[str, ptx_model.Module] = {}  # per apply-pool process: parsed baselines
+
+
+def _apply_from_file(ptx_path: str, genome_json: dict) -> Applied:
+    """Apply a genome in a pool process (the baseline is parsed once per process)."""
+    if ptx_path not in _APPLY_CACHE:
+        with open(ptx_path) as f:
+            _APPLY_CACHE[ptx_path] = ptx_model.parse(f.read(), ptx_path)
+    return apply_genome(_APPLY_CACHE[ptx_path], Genome.from_json(genome_json))
 
 
 def _variant(genome: Genome, applied: Applied) -> Variant:

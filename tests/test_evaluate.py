@@ -165,3 +165,30 @@ def test_evo_measure_gpu_vectorized_beats_baseline(tmp_path, capsys):
     assert "valid:      yes (ok)" in out and "timer:      clock64" in out and "static" not in out
     speedup = float(re.search(r"speedup:\s+([\d.]+)x", out).group(1))
     assert speedup > 1.0, out
+
+
+def test_parallel_apply_gives_the_same_variants_as_serial():
+    import random
+
+    from genomes.variation import random_genome
+    from harness.evaluate import Evaluator
+    from harness.suite import find_kernel
+
+    spec = find_kernel("gemm_tile_2x4x4")
+    rng = random.Random(3)
+    genomes = [random_genome(rng, 1, 5) for _ in range(6)]
+
+    class Nothing:  # prepare() only needs a device name and a no-op prepare hook
+        device, name, writes_store = "none", "none", False
+
+        def prepare(self, spec, variants):
+            pass
+
+    serial = Evaluator(Nothing(), apply_workers=0)._apply_all(spec, genomes)
+    pooled_eval = Evaluator(Nothing(), apply_workers=2)
+    try:
+        pooled = pooled_eval._apply_all(spec, genomes)
+    finally:
+        pooled_eval.close()
+    assert [a.ptx for a in pooled] == [a.ptx for a in serial]
+    assert [a.outcomes for a in pooled] == [a.outcomes for a in serial]

@@ -42,6 +42,7 @@ class Variant:
     compiled: CompileResult | None = None
     code_hash: str = ""
     is_baseline: bool = False
+    clock_cubin: bytes | str | None = None  # gpu backend: instrumented cubin (or why none)
 
 
 class Backend:
@@ -51,6 +52,9 @@ class Backend:
     device = ""
     writes_store = True
     chosen_because = ""
+
+    def prepare(self, spec, variants: list[Variant]) -> None:
+        """CPU work ahead of ``measure_many`` (run while another batch is measured)."""
 
     def measure_many(self, spec, variants: list[Variant],
                      baseline: Measurement | None = None) -> list[Measurement]:

@@ -100,6 +100,12 @@ class GpuBackend(Backend):
             out.append(c.cubin if c.ok else f"instrumented variant does not assemble: {c.error}")
         return out
 
+    def prepare(self, spec, variants: list[Variant]) -> None:
+        """Instrument and assemble the clock64 cubins ahead of measuring (CPU work)."""
+        if spec.timing == "clock64":
+            for v, clock in zip(variants, self._clock_cubins(spec, variants)):
+                v.clock_cubin = clock
+
     # ------------------------------------------------------------------ measuring
     def measure_many(self, spec, variants: list[Variant],
                      baseline: Measurement | None = None) -> list[Measurement]:
@@ -107,7 +113,9 @@ class GpuBackend(Backend):
         from harness.worker import MeasureRequest
 
         base_cubin = self._baseline_cubin(spec)
-        clocks = self._clock_cubins(spec, variants)
+        if any(v.clock_cubin is None for v in variants):
+            self.prepare(spec, variants)
+        clocks = [v.clock_cubin if spec.timing == "clock64" else None for v in variants]
         base_cycles = baseline.cycles if baseline is not None and baseline.valid else None
         jobs: list[tuple[int, MeasureRequest | str]] = []
         for i, (v, clock) in enumerate(zip(variants, clocks)):
