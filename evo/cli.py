@@ -106,6 +106,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="a line per generation")
     p.set_defaults(func=cmd_run)
 
+    p = sub.add_parser("bench", help="strategies side by side on the same kernels and GPU; "
+                                     "writes OUT/results.json and OUT/bench.md")
+    p.add_argument("--suite", default="gemm64",
+                   help="gemm64 (the 64 {2,4,6,8}^3 tiles), gemm_large, many (the many-thread "
+                        "kernels), or comma-separated kernel names")
+    p.add_argument("--strategies", default="sweep,greedy,evolve_matched,evolve45",
+                   help="comma-separated: sweep, greedy, evolve_matched (greedy's budget), "
+                        "evolve45 (9 generations x pop 5)")
+    p.add_argument("--backend", default="auto", choices=("auto", "gpu", "static"))
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--limit", type=int, default=0,
+                   help="stop after this many kernels this call (0 = all); run again to go on")
+    p.add_argument("--out", type=Path, required=True, help="bench folder (results.json is "
+                   "read back, so a second call continues where the first stopped)")
+    p.set_defaults(func=cmd_bench)
+
     p = sub.add_parser("show", help="table of a run's kernels: baseline, best, speedup, genome")
     p.add_argument("run", type=Path, metavar="RUN")
     p.set_defaults(func=cmd_show)
@@ -269,6 +285,39 @@ def cmd_run(args) -> int:
 
         print(render_table(results))
         print(f"\nrun folder: {rundir.path} (evo show / evo plot {rundir.path})")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    import json
+
+    from evo import bench
+    from evo import config as config_mod
+
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    unknown = [s for s in strategies if s not in bench.STRATEGIES]
+    if unknown:
+        raise EvoError(f"unknown bench strategy {unknown[0]!r}; one of "
+                       f"{', '.join(bench.STRATEGIES)}")
+    kernels = bench.suite_kernels(args.suite)
+    if not kernels:
+        raise EvoError(f"bench suite {args.suite!r} names no kernel")
+    from harness.suite import find_kernel
+
+    for k in kernels:
+        find_kernel(k)  # an unknown name fails here, before any measuring
+    done = args.out / "results.json"
+    finished = set(json.loads(done.read_text())["kernels"]) if done.exists() else set()
+    todo = [k for k in kernels if k not in finished] + [k for k in kernels if k in finished]
+    if args.limit:
+        todo = todo[:args.limit]
+    base = config_mod.Config().override("run", seed=args.seed)
+    results = bench.run_bench(todo, strategies, base, args.out, args.backend,
+                              progress=lambda line: print(line, file=sys.stderr))
+    print((args.out / "bench.md").read_text())
+    left = [k for k in kernels if k not in results["kernels"]]
+    if left:
+        print(f"{len(left)} kernels left: run the same command again to continue")
     return 0
 
 

@@ -1,0 +1,65 @@
+"""`evo bench`: strategies side by side, budgets, resume across calls, summary lines."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import needs_ptxas
+from evo import bench
+from evo.config import Config
+from harness.backends import Backend
+from harness.record import Measurement
+
+
+class CodeSizeBackend(Backend):
+    """A deterministic stand-in for a GPU: 'cycles' from the cubin's size and registers."""
+
+    name, device = "fake", "Fake GPU"
+
+    def measure_many(self, spec, variants, baseline=None):
+        return [Measurement(kernel=spec.name, device=self.device, valid=True, timer="clock64",
+                            cycles=float(len(v.compiled.cubin) // 16 + 2 * v.compiled.registers),
+                            n=1, backend=self.name) for v in variants]
+
+
+def test_suites_name_the_right_kernels():
+    assert len(bench.suite_kernels("gemm64")) == 64
+    assert bench.suite_kernels("gemm_large") == [f"gemm_tile_{n}x{n}x{n}" for n in (10, 12, 14, 16)]
+    many = bench.suite_kernels("many")
+    assert "softmax" in many and not any(k.startswith("gemm_tile") for k in many)
+    assert bench.suite_kernels("a, b") == ["a", "b"]
+
+
+@needs_ptxas
+def test_bench_runs_strategies_with_matched_budget_and_resumes(tmp_path):
+    kernels = ["gemm_tile_2x2x2", "gemm_tile_2x4x2"]
+    lines = []
+    base = Config().override("run", seed=3)
+    first = bench.run_bench(kernels[:1], ["greedy", "evolve_matched", "evolve45"], base,
+                            tmp_path, backend=CodeSizeBackend(), progress=lines.append)
+    k = first["kernels"]["gemm_tile_2x2x2"]
+    assert k["evolve_matched"]["evals"] <= k["greedy"]["evals"]
+    assert k["evolve45"]["evals"] <= 45
+    assert len(lines) == 3
+    # A second call continues: the finished kernel is not run again.
+    second = bench.run_bench(kernels, ["greedy", "evolve_matched", "evolve45"], base,
+                             tmp_path, backend=CodeSizeBackend(), progress=lines.append)
+    assert len(lines) == 6 and set(second["kernels"]) == set(kernels)
+    assert json.loads((tmp_path / "results.json").read_text()) == second
+    md = (tmp_path / "bench.md").read_text()
+    assert "evolve_matched vs greedy:" in md and "cycle reduction mean" in md
+    for name in kernels:
+        assert name in md
+
+
+def test_win_tie_loss_counting():
+    results = {"kernels": {
+        "a": {"greedy": {"baseline": 100, "best": 80, "evals": 10, "seconds": 1},
+              "evolve45": {"baseline": 100, "best": 70, "evals": 10, "seconds": 1}},
+        "b": {"greedy": {"baseline": 100, "best": 80, "evals": 10, "seconds": 1},
+              "evolve45": {"baseline": 100, "best": 80.2, "evals": 10, "seconds": 1}},
+        "c": {"greedy": {"baseline": 100, "best": 60, "evals": 10, "seconds": 1},
+              "evolve45": {"baseline": 100, "best": 90, "evals": 10, "seconds": 1}}}}
+    lines = bench.summary_lines(results, ["greedy", "evolve45"])
+    assert "- evolve45 vs greedy: 1 wins, 1 ties (within 0.5%), 1 losses" in lines
+    assert lines[0].startswith("- greedy: cycle reduction mean 26.7 %")
