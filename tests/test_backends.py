@@ -147,3 +147,45 @@ def test_gpu_backend_refuses_mixed_models():
     names = iter(["NVIDIA H200", "NVIDIA H100 80GB HBM3"])
     with pytest.raises(EvoError, match="different models"):
         GpuBackend([0, 1], worker_factory=lambda gpu: FakeWorker(gpu, next(names)))
+
+
+def test_concurrent_batches_never_share_a_worker():
+    """Two measure_many calls at once (a pipelined caller) use each worker one at a time."""
+    import threading
+    import time as _time
+
+    from harness.backends.gpu import GpuBackend
+
+    class Worker:
+        def __init__(self, gpu):
+            self.device_id, self.busy, self.overlaps = gpu, False, 0
+
+        def device_name(self):
+            return "Fake GPU"
+
+        def measure(self, request):
+            if self.busy:
+                self.overlaps += 1
+            self.busy = True
+            _time.sleep(0.01)
+            self.busy = False
+            return Measurement(kernel="k", device="Fake GPU", valid=True, cycles=1.0,
+                               timer="clock64", n=1)
+
+        def close(self):
+            pass
+
+    backend = GpuBackend([0], worker_factory=Worker)
+    spec = find_kernel("gemm_tile_2x2x2")
+    from harness.compile import compile_ptx
+
+    compiled = compile_ptx(spec.ptx_text())
+    variants = [Variant(Genome(), spec.ptx_text(), f"p{i}", compiled=compiled,
+                        code_hash=f"c{i}", clock_cubin=b"clock") for i in range(4)]
+    threads = [threading.Thread(target=backend.measure_many, args=(spec, variants))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert backend.workers[0].overlaps == 0

@@ -62,6 +62,11 @@ class GpuBackend(Backend):
                            "measure on one model at a time so results are comparable")
         self.device = names.pop()
         self.gpus = list(gpus)
+        # One queue of idle workers for the backend, not per call: two batches measured
+        # at once (a pipelined caller) must never talk to one worker at the same time.
+        self._idle: queue.Queue = queue.Queue()
+        for w in self.workers:
+            self._idle.put(w)
         self.host = socket.gethostname()
         self._baseline_cubins: dict[str, bytes] = {}
 
@@ -131,9 +136,7 @@ class GpuBackend(Backend):
                 timeout_s=self.timeout_s, baseline_cycles=base_cycles, kernel_name=spec.name,
                 check_reference=v.is_baseline and spec.reference is not None)))
 
-        idle: queue.Queue = queue.Queue()
-        for w in self.workers:
-            idle.put(w)
+        idle = self._idle
 
         def run(job) -> Measurement:
             i, request = job
