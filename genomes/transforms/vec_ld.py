@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genomes.memory import PointerInfo, basic_blocks, effect
-from genomes.ptx import Address, Function, Instruction, Line, Module
+from genomes.memory import PointerInfo, effect
+from genomes.ptx import Address, Function, Instruction, Module
 from genomes.transforms.base import Param, Transform
-from genomes.vectorize import SIZES, blocks_motion, group_start, vector_opcode
+from genomes.vectorize import (SIZES, blocks_motion, group_start, plan_groups, rewrite_body,
+                               vector_opcode)
 
-_MAX_VECTOR_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -113,20 +113,10 @@ def _merge_function(fn: Function, width: int) -> int:
                 loads[i] = found
     if not loads:
         return 0
-    consumed: set[int] = set()
-    groups: list[tuple[_Load, list[_Load]]] = []
-    widths = (4, 2) if int(width) == 4 else (2,)
-    for block in basic_blocks(fn):
-        in_block = [loads[i] for i in block if i in loads]
-        for want in widths:
-            for anchor in in_block:
-                n = min(want, _MAX_VECTOR_BYTES // anchor.size)
-                if anchor.index in consumed or n < 2:
-                    continue
-                group = _try_group(fn, block, anchor, n, loads, consumed, info)
-                if group is not None:
-                    consumed.update(m.index for m in group)
-                    groups.append((anchor, group))
+    groups, consumed = plan_groups(
+        fn, loads, width, lambda a: a.size,
+        lambda block, anchor, n, used: _try_group(fn, block, anchor, n, loads, used, info),
+        last_first=False)
     replace: dict[int, Instruction] = {}
     for anchor, members in groups:
         first = members[0]  # lowest address: the vector's address
@@ -134,13 +124,7 @@ def _merge_function(fn: Function, width: int) -> int:
             opcode=vector_opcode(anchor.ins, len(members)),
             operands=("{" + ", ".join(m.dest for m in members) + "}",
                       Address(first.addr.base, first.addr.offset).render()))
-    new_body = []
-    for i, line in enumerate(fn.body):
-        if i in replace:
-            new_body.append(Line(replace[i], line.before, line.after))
-        elif i not in consumed:
-            new_body.append(line)
-    fn.body[:] = new_body
+    rewrite_body(fn, replace, consumed)
     return len(groups)
 
 
