@@ -50,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("kernels", help="list the built-in kernel suite")
     p.set_defaults(func=cmd_kernels)
 
+    p = sub.add_parser("init-kernel", help="write a spec skeleton (TOML) for a PTX kernel")
+    p.add_argument("ptx", type=Path, metavar="PTX")
+    p.add_argument("--entry", help="the .entry to describe (needed when the PTX has several)")
+    p.add_argument("-o", "--output", type=Path,
+                   help="where to write it (default: beside the PTX, same name, .toml)")
+    p.set_defaults(func=cmd_init_kernel)
+
     p = sub.add_parser("apply", help="apply a genome to a kernel's PTX and print the result")
     p.add_argument("genome", metavar="GENOME")
     p.add_argument("kernel", metavar="KERNEL")
@@ -154,6 +161,20 @@ def cmd_kernels(args) -> int:
     rows = [(k.name, "x".join(map(str, k.grid)), "x".join(map(str, k.block)), k.timing,
              k.description) for k in list_kernels()]
     _print_table(("kernel", "grid", "block", "timer", "description"), rows)
+    return 0
+
+
+def cmd_init_kernel(args) -> int:
+    from harness.spec import spec_skeleton
+
+    if not args.ptx.is_file():
+        raise EvoError(f"no such PTX file: {args.ptx}")
+    out = args.output or args.ptx.with_suffix(".toml")
+    if out.exists():
+        raise EvoError(f"{out} exists; remove it or pass -o")
+    out.write_text(spec_skeleton(args.ptx.read_text(), args.entry, args.ptx.name))
+    print(f"wrote {out}: fill in every TODO (buffer counts and roles, scalar values, "
+          f"grid and block), then `evo measure {out}`")
     return 0
 
 

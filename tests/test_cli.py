@@ -98,3 +98,18 @@ def test_missing_ptxas_everywhere_names_the_pip_package(tmp_path):
                           text=True, env={**os.environ, **env}, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "nvidia-cuda-nvcc" in proc.stderr
+
+
+def test_init_kernel_writes_a_skeleton_that_names_its_todos(tmp_path, capsys):
+    import shutil
+
+    from harness.spec import SpecError, load_spec
+
+    ptx = tmp_path / "k.ptx"
+    shutil.copy(ROOT / "harness" / "kernels" / "softmax.ptx", ptx)
+    assert main(["init-kernel", str(ptx)]) == 0
+    text = (tmp_path / "k.toml").read_text()
+    assert 'entry = "softmax"' in text and "TODO" in text
+    with pytest.raises(SpecError, match="TODO"):
+        load_spec(tmp_path / "k.toml")
+    assert main(["init-kernel", str(ptx)]) == 2  # refuses to overwrite
