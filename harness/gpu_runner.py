@@ -306,6 +306,7 @@ class Runner:
             samples += cycles
             variances.append(float(np.var(cycles)))
         return samples, {"launches_per_upload": CLOCK_BATCH, "placement": self.placement(spec),
+                         "caches": f"warm ({request.warmup} warm-up launches first)",
                          "within_batch_std": float(np.sqrt(np.mean(variances)))}
 
     def sm_mhz(self) -> float:
