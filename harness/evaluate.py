@@ -117,7 +117,8 @@ class Evaluator:
         kernel's baseline, the first time)."""
         base = self.baseline(spec)
         start = time.perf_counter()
-        variants = [_variant(g, a) for g, a in zip(genomes, self._apply_all(spec, genomes))]
+        variants = [_variant(g, a, clock) for g, (a, clock)
+                    in zip(genomes, self._apply_all(spec, genomes))]
         self.stats.apply_seconds += time.perf_counter() - start
         self.stats.genomes += len(genomes)
         return self._prepare(spec, variants, base, self.stats)
@@ -141,18 +142,21 @@ class Evaluator:
         return self._baselines[spec.name][2]
 
     # ------------------------------------------------------------------ pipeline
-    def _apply_all(self, spec, genomes: list[Genome]) -> list[Applied]:
+    def _apply_all(self, spec, genomes: list[Genome]) -> list[tuple[Applied, str | None]]:
+        """Each genome applied, with its clock64-instrumented PTX when made in the pool
+        (instrumenting is pure Python too: in the pool it costs the GPU stage nothing)."""
         if self.apply_workers < 2 or len(genomes) < 4:
             module = self._module(spec)
-            return [apply_genome(module, g) for g in genomes]
+            return [(apply_genome(module, g), None) for g in genomes]
         if self._apply_pool is None:
             import multiprocessing
 
             self._apply_pool = concurrent.futures.ProcessPoolExecutor(
                 self.apply_workers, mp_context=multiprocessing.get_context("spawn"))
         path = str(spec.ptx_path)
+        entry = spec.entry if self.backend.wants_clock_ptx and spec.timing == "clock64" else None
         return list(self._apply_pool.map(_apply_from_file, [path] * len(genomes),
-                                         [g.to_json() for g in genomes]))
+                                         [g.to_json() for g in genomes], [entry] * len(genomes)))
 
     def _prepare(self, spec, variants: list[Variant], base: Measurement | None,
                  stats: EvalStats) -> Batch:
@@ -247,16 +251,29 @@ class Evaluator:
 _APPLY_CACHE: dict[str, ptx_model.Module] = {}  # per apply-pool process: parsed baselines
 
 
-def _apply_from_file(ptx_path: str, genome_json: dict) -> Applied:
-    """Apply a genome in a pool process (the baseline is parsed once per process)."""
+def _apply_from_file(ptx_path: str, genome_json: dict, clock_entry: str | None
+                     ) -> tuple[Applied, str | None]:
+    """Apply a genome in a pool process (the baseline is parsed once per process); with
+    ``clock_entry``, also instrument the result for clock64 (None if that fails: the
+    backend then tries again itself and reports why)."""
+    from harness.instrument import instrument
+
     if ptx_path not in _APPLY_CACHE:
         with open(ptx_path) as f:
             _APPLY_CACHE[ptx_path] = ptx_model.parse(f.read(), ptx_path)
-    return apply_genome(_APPLY_CACHE[ptx_path], Genome.from_json(genome_json))
+    applied = apply_genome(_APPLY_CACHE[ptx_path], Genome.from_json(genome_json))
+    clock = None
+    if clock_entry is not None:
+        try:
+            clock = instrument(applied.ptx, clock_entry)
+        except Exception:
+            clock = None
+    return applied, clock
 
 
-def _variant(genome: Genome, applied: Applied) -> Variant:
-    return Variant(genome, applied.ptx, ptx_hash(applied.ptx), outcomes=list(applied.outcomes))
+def _variant(genome: Genome, applied: Applied, clock_ptx: str | None = None) -> Variant:
+    return Variant(genome, applied.ptx, ptx_hash(applied.ptx), outcomes=list(applied.outcomes),
+                   clock_ptx=clock_ptx)
 
 
 def _with_code(m: Measurement, v: Variant) -> Measurement:

@@ -179,7 +179,7 @@ def test_parallel_apply_gives_the_same_variants_as_serial():
     genomes = [random_genome(rng, 1, 5) for _ in range(6)]
 
     class Nothing:  # prepare() only needs a device name and a no-op prepare hook
-        device, name, writes_store = "none", "none", False
+        device, name, writes_store, wants_clock_ptx = "none", "none", False, True
 
         def prepare(self, spec, variants):
             pass
@@ -190,5 +190,9 @@ def test_parallel_apply_gives_the_same_variants_as_serial():
         pooled = pooled_eval._apply_all(spec, genomes)
     finally:
         pooled_eval.close()
-    assert [a.ptx for a in pooled] == [a.ptx for a in serial]
-    assert [a.outcomes for a in pooled] == [a.outcomes for a in serial]
+    assert [a.ptx for a, _ in pooled] == [a.ptx for a, _ in serial]
+    assert [a.outcomes for a, _ in pooled] == [a.outcomes for a, _ in serial]
+    # The pool also instruments for clock64, exactly as the backend would itself.
+    from harness.instrument import instrument
+
+    assert [c for _, c in pooled] == [instrument(a.ptx, spec.entry) for a, _ in serial]

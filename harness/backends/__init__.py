@@ -42,6 +42,7 @@ class Variant:
     compiled: CompileResult | None = None
     code_hash: str = ""
     is_baseline: bool = False
+    clock_ptx: str | None = None  # instrumented PTX, when made ahead (apply pool)
     clock_cubin: bytes | str | None = None  # gpu backend: instrumented cubin (or why none)
 
 
@@ -51,6 +52,7 @@ class Backend:
     name = "backend"
     device = ""
     writes_store = True
+    wants_clock_ptx = False  # whether clock64 variants should come instrumented (gpu)
     chosen_because = ""
 
     def prepare(self, spec, variants: list[Variant]) -> None:

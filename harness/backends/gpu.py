@@ -33,6 +33,8 @@ CHECK_SEEDS = 5
 class GpuBackend(Backend):
     """Measures on the GPUs ``gpus`` (CUDA device ids); see the module docstring."""
 
+    wants_clock_ptx = True
+
     name = "gpu"
 
     def __init__(self, gpus: list[int], *, seed: int = 0, arch: str = "sm_90",
@@ -89,6 +91,9 @@ class GpuBackend(Backend):
         texts: list[str | None] = []
         errors: dict[int, str] = {}
         for i, v in enumerate(variants):
+            if v.clock_ptx is not None:  # instrumented ahead, in the apply pool
+                texts.append(v.clock_ptx)
+                continue
             try:
                 texts.append(instrument(v.ptx, spec.entry))
             except EvoError as err:
