@@ -10,6 +10,7 @@ one shared backend (one GPU worker):
 | greedy         | sequential greedy, up to 6 steps                                  |
 | evolve_matched | evolve with max_evals = what greedy used on that kernel           |
 | evolve45       | evolve at 9 generations x pop 5 (45 trials, the EvoEngineer budget)|
+| oracle         | every combination of one gene per group (only on ``oracle_kernels``)|
 
 Results go to ``OUT/results.json`` after every (kernel, strategy), so a bench split over
 several calls (``--resume``, e.g. to fit a 10-minute limit) skips what is done, and to
@@ -33,7 +34,7 @@ from evo.config import Config
 from evo.rundir import write_atomic
 from evo.search import new_checkpoint, search_kernel
 
-STRATEGIES = ("sweep", "greedy", "evolve_matched", "evolve45")
+STRATEGIES = ("sweep", "greedy", "evolve_matched", "evolve45", "oracle")
 SUITES = {
     "gemm64": "gemm_tile_[2468]x[2468]x[2468]",
     "gemm_large": "gemm_tile_1[0246]x*",
@@ -66,11 +67,12 @@ def strategy_config(base: Config, strategy: str, greedy_evals: int | None) -> Co
         # As many generations as the budget allows; the budget is the binding limit.
         return base.override("run", strategy="evolve", generations=1000,
                              max_evals=max(1, greedy_evals))
-    return base.override("run", strategy=strategy, max_evals=0)
+    return base.override("run", strategy=strategy, max_evals=0)  # sweep, greedy, oracle
 
 
 def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path,
-              backend_kind: str = "auto", progress=print, backend=None) -> dict:
+              backend_kind: str = "auto", progress=print, backend=None,
+              oracle_kernels: set[str] | None = None) -> dict:
     """Run (or continue) the bench; return the results dict also saved in OUT.
 
     ``backend`` (an object) replaces the one ``backend_kind`` would build (tests)."""
@@ -98,7 +100,8 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
             spec = find_kernel(kernel)
             done = results["kernels"].setdefault(kernel, {})
             for strategy in order:
-                if strategy in done:
+                if strategy in done or (strategy == "oracle" and kernel not in
+                                        (oracle_kernels or set())):
                     continue
                 greedy = done.get("greedy", {}).get("evals")
                 config = strategy_config(base, strategy, greedy)
@@ -149,6 +152,13 @@ def summary_lines(results: dict, order: list[str]) -> list[str]:
                          f"{statistics.median(reds):.1f} %, best {max(reds):.1f} % over "
                          f"{len(reds)} kernels; {evals} evaluations, "
                          f"{evals / secs if secs else 0:.1f} evaluations/s")
+    with_oracle = [k for k in kernels.values() if "oracle" in k and reduction(k["oracle"])]
+    for s in order:
+        shares = [reduction(k[s]) / reduction(k["oracle"]) for k in with_oracle
+                  if s != "oracle" and s in k and reduction(k[s]) is not None]
+        if shares:
+            lines.append(f"- {s} reaches {100 * statistics.mean(shares):.0f} % of the oracle's "
+                         f"cycle reduction (mean over {len(shares)} kernels)")
     for s in ("evolve_matched", "evolve45"):
         if s not in order or "greedy" not in order:
             continue

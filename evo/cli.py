@@ -92,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="config file (default ./evo.toml if present, else built-in defaults)")
     p.add_argument("--kernel", action="append", metavar="KERNEL",
                    help="evolve this kernel instead of the suite (repeatable; globs allowed)")
-    p.add_argument("--strategy", choices=("evolve", "greedy", "sweep"))
+    p.add_argument("--strategy", choices=("evolve", "greedy", "sweep", "oracle"),
+                   help="evolve (default), greedy, sweep (each gene alone), oracle (every "
+                        "combination of one gene per group: ~57k genomes a kernel)")
     p.add_argument("--generations", type=int, help="generations per kernel (evolve)")
     p.add_argument("--pop", type=int, help="population size (evolve)")
     p.add_argument("--max-evals", type=int, help="evaluations per kernel (0 = no cap)")
@@ -120,7 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "kernels), or comma-separated kernel names")
     p.add_argument("--strategies", default="sweep,greedy,evolve_matched,evolve45",
                    help="comma-separated: sweep, greedy, evolve_matched (greedy's budget), "
-                        "evolve45 (9 generations x pop 5)")
+                        "evolve45 (9 generations x pop 5), oracle (exhaustive, only on the "
+                        "--oracle-kernels)")
+    p.add_argument("--oracle-kernels", default=",".join(("gemm_tile_4x4x4", "gemm_tile_4x6x8",
+                                                          "gemm_tile_6x6x6", "gemm_tile_8x8x8")),
+                   help="the kernels the oracle runs on (comma-separated)")
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "static"))
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--limit", type=int, default=0,
@@ -333,8 +339,10 @@ def cmd_bench(args) -> int:
     if args.limit:
         todo = todo[:args.limit]
     base = config_mod.Config().override("run", seed=args.seed)
+    oracle = {k.strip() for k in args.oracle_kernels.split(",") if k.strip()}
     results = bench.run_bench(todo, strategies, base, args.out, args.backend,
-                              progress=lambda line: print(line, file=sys.stderr))
+                              progress=lambda line: print(line, file=sys.stderr),
+                              oracle_kernels=oracle)
     print((args.out / "bench.md").read_text())
     left = [k for k in kernels if k not in results["kernels"]]
     if left:

@@ -17,7 +17,7 @@ from typing import Any, get_type_hints
 
 from genomes.errors import EvoError
 
-STRATEGIES = ("evolve", "greedy", "sweep")
+STRATEGIES = ("evolve", "greedy", "sweep", "oracle")
 BACKENDS = ("auto", "gpu", "replay", "static")
 
 

@@ -108,3 +108,14 @@ def gene_alphabet(maxnreg_values: tuple[int, ...] = MAXNREG_LADDER) -> list[Gene
         for combo in itertools.product(*axes):
             genes.append(Gene.make(t.name, **dict(zip((p.name for p in t.params), combo))))
     return genes
+
+
+def group_combinations(alphabet: list[Gene] | None = None):
+    """Every genome with at most one gene per conflict group (the oracle's search space),
+    in a fixed order: groups in the alphabet's order, the empty choice first."""
+    alphabet = alphabet if alphabet is not None else gene_alphabet()
+    groups: dict[str, list] = {}
+    for g in alphabet:
+        groups.setdefault(g.group or g.transform, [None]).append(g)
+    for combo in itertools.product(*groups.values()):
+        yield Genome(tuple(g for g in combo if g is not None))

@@ -63,3 +63,32 @@ def test_win_tie_loss_counting():
     lines = bench.summary_lines(results, ["greedy", "evolve45"])
     assert "- evolve45 vs greedy: 1 wins, 1 ties (within 0.5%), 1 losses" in lines
     assert lines[0].startswith("- greedy: cycle reduction mean 26.7 %")
+
+
+def test_oracle_space_and_share_lines():
+    from genomes.variation import gene_alphabet, group_combinations
+
+    alphabet = [g for g in gene_alphabet() if g.group in ("ld_width", "st_width")]
+    combos = list(group_combinations(alphabet))
+    assert len(combos) == 4 * 3 and len(set(combos)) == 12
+    assert all(len({g.group for g in c.genes}) == len(c.genes) for c in combos)
+    results = {"kernels": {"a": {
+        "greedy": {"baseline": 100, "best": 80, "evals": 10, "seconds": 1},
+        "oracle": {"baseline": 100, "best": 60, "evals": 99, "seconds": 1}}}}
+    lines = bench.summary_lines(results, ["greedy", "oracle"])
+    assert "- greedy reaches 50 % of the oracle's cycle reduction (mean over 1 kernels)" in lines
+
+
+@needs_ptxas
+def test_oracle_runs_only_on_its_kernels(tmp_path, monkeypatch):
+    from evo.strategies import oracle
+    from genomes import variation
+
+    small = [g for g in variation.gene_alphabet() if g.group in ("ld_width", "st_width")]
+    monkeypatch.setattr(oracle, "group_combinations", lambda: variation.group_combinations(small))
+    res = bench.run_bench(["gemm_tile_2x2x2", "gemm_tile_2x2x4"], ["oracle"],
+                          Config(), tmp_path, backend=CodeSizeBackend(), progress=lambda s: None,
+                          oracle_kernels={"gemm_tile_2x2x2"})
+    assert "oracle" in res["kernels"]["gemm_tile_2x2x2"]
+    assert "oracle" not in res["kernels"]["gemm_tile_2x2x4"]
+    assert res["kernels"]["gemm_tile_2x2x2"]["oracle"]["evals"] == 12

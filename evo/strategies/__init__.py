@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-NAMES = ("evolve", "greedy", "sweep")
+NAMES = ("evolve", "greedy", "sweep", "oracle")
 
 
 def get(name: str) -> ModuleType:
