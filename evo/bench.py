@@ -21,6 +21,7 @@ time; and per strategy mean / median / best cycle reduction, evolve vs greedy wi
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import tempfile
@@ -110,7 +111,7 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
                     start = time.perf_counter()
                     try:
                         res = search_kernel(kernel, config,
-                                            lambda gs: evaluator.evaluate(spec, gs),
+                                            functools.partial(evaluator.evaluate, spec),
                                             lambda events: None, new_checkpoint(config),
                                             lambda: None)
                     finally:
