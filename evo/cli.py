@@ -171,7 +171,7 @@ def cmd_kernels(args) -> int:
 
 
 def cmd_init_kernel(args) -> int:
-    from harness.spec import spec_skeleton
+    from harness.spec_ptx import spec_skeleton
 
     if not args.ptx.is_file():
         raise EvoError(f"no such PTX file: {args.ptx}")

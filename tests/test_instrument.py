@@ -15,7 +15,7 @@ from harness.instrument import (
     instrument,
 )
 from harness.sass import disassemble
-from harness.spec import ptx_entries
+from harness.spec_ptx import ptx_entries
 from harness.suite import list_kernels
 
 HEADER = ".version 8.0\n.target sm_90\n.address_size 64\n"

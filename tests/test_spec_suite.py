@@ -14,8 +14,8 @@ from genomes.errors import EvoError
 from harness.kernels.catalog import catalog
 from harness.kernels.reference import REFERENCES, random_inputs, run_reference
 from harness.kernels.regenerate import spec_toml
-from harness.spec import (BufferParam, KernelSpec, ScalarParam, SpecError, check_ptx, load_spec, ptx_entries,
-                          spec_skeleton)
+from harness.spec import BufferParam, KernelSpec, ScalarParam, SpecError, load_spec
+from harness.spec_ptx import check_ptx, ptx_entries, spec_skeleton
 from harness.suite import UnknownKernelError, find_kernel, gemm_tiles, list_kernels, suite_dir
 
 SUITE = list_kernels()

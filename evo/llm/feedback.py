@@ -20,7 +20,8 @@ from typing import Any
 
 from genomes.genome import GeneOutcome, Genome, PatchGene, apply_genome
 from harness.record import Measurement
-from harness.spec import BufferParam, KernelSpec, ptx_entries
+from harness.spec import BufferParam, KernelSpec
+from harness.spec_ptx import ptx_entries
 
 from evo.llm.ptx_view import ptx_view, render_kept
 

@@ -1,0 +1,102 @@
+"""Kernel specs and PTX signatures: read an entry's parameters from PTX, check a spec
+against them, and write a spec skeleton for a new kernel (``evo init-kernel``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from harness.spec import DTYPE_BITS, BufferParam, KernelSpec, SpecError, _suggest
+
+_PTX_SCALAR_DTYPES = {"u32": "u32", "s32": "i32", "b32": "u32", "f32": "f32", "f64": "f64", "s64": "i64",
+                      "u8": "u8", "b8": "u8", "s8": "i8", "f16": "f16", "b16": "f16"}
+_PTX_WIDTH = re.compile(r"\.[bsuf](8|16|32|64)")
+
+
+@dataclass(frozen=True)
+class PtxParam:
+    """One `.param` of a PTX entry signature: its name, type suffix ("u64") and size in bits."""
+
+    name: str
+    ptx_type: str
+    bits: int
+
+
+def ptx_entries(ptx_text: str) -> dict[str, list[PtxParam]]:
+    """Every `.entry` in PTX text with its parameter list, in order (a small regex, no parser).
+
+    Accepts nvcc's `.param .u64 foo_param_0` as well as Triton's
+    `.param .u64 .ptr .global .align 1 foo_param_0` and arrays `.param .align 8 .b8 p[16]`.
+    """
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", "", ptx_text, flags=re.S)
+    entries = {}
+    for match in re.finditer(r"\.entry\s+([\w$%]+)\s*(?:\(([^)]*)\))?", text):
+        params = []
+        for piece in filter(str.strip, (match.group(2) or "").split(",")):
+            tokens = piece.split()
+            name, _, length = tokens[-1].partition("[")
+            types = [t for t in tokens[1:-1] if _PTX_WIDTH.fullmatch(t)]
+            ptx_type = types[0][1:] if types else "b8"
+            bits = int(ptx_type[1:]) * (int(length.rstrip("]")) if length else 1)
+            params.append(PtxParam(name, ptx_type, bits))
+        entries[match.group(1)] = params
+    return entries
+
+
+def check_ptx(spec: KernelSpec, ptx_text: str | None = None) -> None:
+    """Check that the spec's entry is in its PTX and its params match the signature's sizes.
+
+    A spec whose params disagree with the PTX would launch with garbage arguments; this
+    turns that into one SpecError before anything runs.
+    """
+    where = spec.spec_path or spec.name
+    entries = ptx_entries(ptx_text if ptx_text is not None else spec.ptx_text())
+    if spec.entry not in entries:
+        raise SpecError(f"{where}: entry {spec.entry!r} is not in {spec.ptx_path.name}"
+                        f"{_suggest(spec.entry, entries)} (entries: {', '.join(entries) or 'none'})")
+    signature = entries[spec.entry]
+    if len(signature) != len(spec.params):
+        raise SpecError(f"{where}: spec lists {len(spec.params)} params but PTX entry {spec.entry!r} "
+                        f"takes {len(signature)}")
+    for param, ptx in zip(spec.params, signature):
+        bits = 64 if isinstance(param, BufferParam) else DTYPE_BITS[param.dtype]
+        if bits != ptx.bits:
+            raise SpecError(f"{where}: param {param.name!r} ({param.kind} {param.dtype}, {bits} bits) does not "
+                            f"match PTX param {ptx.name} (.{ptx.ptx_type}, {ptx.bits} bits)")
+
+
+def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None = None) -> str:
+    """A TOML spec skeleton for one PTX entry, with "TODO" where only the user knows.
+
+    64-bit params (.u64 / .b64) become buffers (count and role TODO), the rest scalars of the
+    matching dtype (value TODO). load_spec rejects any remaining "TODO" by name. With one
+    entry in the PTX, `entry` may be omitted; `ptx_name` defaults to "<entry>.ptx".
+    """
+    entries = ptx_entries(ptx_text)
+    if entry is None:
+        if len(entries) != 1:
+            raise SpecError(f"PTX has {len(entries)} entries ({', '.join(entries) or 'none'}); name one")
+        entry = next(iter(entries))
+    if entry not in entries:
+        raise SpecError(f"entry {entry!r} is not in the PTX{_suggest(entry, entries)}")
+    lines = [f'# Spec skeleton for PTX entry {entry}: replace every "TODO", then check the rest.',
+             f'name = "{entry}"', f'entry = "{entry}"', f'ptx = "{ptx_name or entry + ".ptx"}"',
+             "grid = [1, 1, 1]                # blocks (x, y, z)",
+             "block = [1, 1, 1]               # threads per block (x, y, z), at most 1024",
+             "shared_mem = 0                  # dynamic shared memory, bytes",
+             'timing = "clock64"              # "clock64" for single-block kernels, "events" for many-block',
+             'description = ""', "", "[tolerance]", "rtol = 1e-05", "atol = 1e-05"]
+    for i, ptx in enumerate(entries[entry]):
+        name = ptx.name.removeprefix(entry + "_")
+        lines += ["", "[[params]]", f'name = "{name if name.isidentifier() else f"p{i}"}"']
+        if ptx.bits == 64 and ptx.ptx_type in ("u64", "b64"):
+            lines += ['kind = "buffer"',
+                      'dtype = "f32"                   # element type: f32 f64 f16 i32 u32 i64 u64 i8 u8',
+                      'count = "TODO"                  # element count',
+                      'role = "TODO"                   # in | out | inout',
+                      'fill = "normal"                 # normal | uniform | int | const']
+        else:
+            dtype = _PTX_SCALAR_DTYPES.get(ptx.ptx_type, "TODO") if ptx.bits <= 64 else "TODO"
+            lines += ['kind = "scalar"', f'dtype = "{dtype}"                   # from .{ptx.ptx_type}',
+                      'value = "TODO"']
+    return "\n".join(lines) + "\n"
