@@ -26,16 +26,21 @@ class Progress:
             tqdm.write(text, file=sys.stderr)
 
     def start_kernel(self, name: str, generations: int) -> None:
-        self.name, self.baseline, self.best = name, None, None
+        self.name, self.baseline, self.best, self.evals = name, None, None, 0
         self.gens = tqdm(total=generations, desc=name, unit="gen", position=1, leave=False,
                          disable=not self.show, file=sys.stderr)
 
-    def evaluated(self, results) -> None:
+    def evaluated(self, results, baseline_cycles: float | None = None) -> None:
+        """Count a batch of new evaluations; show the best cycles and speedup so far."""
+        self.evals += len(results)
+        self.baseline = baseline_cycles or self.baseline
         for m in results:
             if m.valid and m.cycles is not None:
                 self.best = m.cycles if self.best is None else min(self.best, m.cycles)
         if self.gens is not None and self.best is not None:
-            self.gens.set_postfix_str(f"best {self.best:.0f} cycles", refresh=False)
+            speed = f" ({self.baseline / self.best:.2f}x)" if self.baseline else ""
+            self.gens.set_postfix_str(f"{self.evals} evals, best {self.best:.0f} "
+                                      f"cycles{speed}", refresh=False)
 
     def generation(self, event: dict) -> None:
         if self.gens is not None:

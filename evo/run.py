@@ -145,7 +145,8 @@ def _total_generations(config: Config) -> int:
 def _measurer(evaluator, spec: KernelSpec, progress: Progress):
     def measure(genomes: list[Genome]):
         results = evaluator.evaluate(spec, genomes)
-        progress.evaluated(results)
+        base = evaluator.baseline(spec)
+        progress.evaluated(results, base.cycles if base.valid else None)
         return results
     return measure
 
