@@ -109,11 +109,18 @@ def _add_param(signature: str, has_params: bool) -> str:
 
 
 def _falls_through(body: list[Line]) -> bool:
-    """True if control can run off the end of the body (no final unconditional jump/return)."""
-    last = next((ln.stmt for ln in reversed(body) if isinstance(ln.stmt, (Instruction, Label))), None)
-    if not isinstance(last, Instruction):
-        return True
-    return last.pred is not None or last.op not in (*_TERMINATORS, "bra", "trap", "brx")
+    """True if control can run off the end of the body: the last instruction is not an
+    unconditional jump/return, or a label after it is a branch target. (Triton ends a
+    body with debug labels such as ``$L__func_end0:`` that nothing jumps to.)"""
+    targets = {op for ln in body if isinstance(ln.stmt, Instruction) and ln.stmt.op in ("bra", "brx")
+               for op in ln.stmt.operands}
+    for ln in reversed(body):
+        if isinstance(ln.stmt, Label) and ln.stmt.name in targets:
+            return True
+        if isinstance(ln.stmt, Instruction):
+            last = ln.stmt
+            return last.pred is not None or last.op not in (*_TERMINATORS, "bra", "trap", "brx")
+    return True
 
 
 def _negate(pred: str) -> str:

@@ -195,6 +195,34 @@ def _many_block() -> list[dict]:
     ]
 
 
+def _triton() -> list[dict]:
+    """Kernels from Triton (src/triton_kernels.py): Triton's own PTX form, predicated
+    loads in braces, two extra scratch-pointer params at the end."""
+    scratch = [buf("global_scratch", "u8", 256, "in", "const", value=0),
+               buf("profile_scratch", "u8", 256, "in", "const", value=0)]
+    return [
+        {
+            "name": "triton_softmax", "source": "triton_kernels.py", "triton": True,
+            "grid": [ROWS, 1, 1], "block": [128, 1, 1], "shared_mem": 16, "timing": "events",
+            "reference": "softmax", "tolerance": {"rtol": 1e-5, "atol": 1e-7},
+            "description": "row-wise softmax of a 1024x1024 f32 matrix in Triton, one program "
+                           "(4 warps) per row",
+            "meta": {"rows": ROWS, "cols": COLS},
+            "params": [buf("x", "f32", ROWS * COLS, "in", "normal", std=2.0),
+                       buf("y", "f32", ROWS * COLS, "out"), scalar("cols", "i32", COLS),
+                       *scratch],
+        },
+        {
+            "name": "triton_add", "source": "triton_kernels.py", "triton": True,
+            "grid": [N_1M // 1024, 1, 1], "block": [128, 1, 1], "shared_mem": 0,
+            "timing": "events", "reference": "vector_add", "tolerance": {"rtol": 0.0, "atol": 0.0},
+            "description": "z = x + y elementwise in Triton, 1M floats, 1024 per program",
+            "params": [buf("x", "f32", N_1M, "in", "normal"), buf("y", "f32", N_1M, "in", "normal"),
+                       buf("z", "f32", N_1M, "out"), scalar("n", "i32", N_1M), *scratch],
+        },
+    ]
+
+
 def catalog() -> list[dict]:
     """Every kernel of the suite, gemm_tile first (by m, n, k), then the many-block ones."""
     entries = [gemm_entry(*shape) for shape in gemm_shapes()]
@@ -202,4 +230,5 @@ def catalog() -> list[dict]:
         entry.setdefault("source", entry["name"] + ".cu")
         entry.setdefault("timing", "events")
         entries.append(entry)
+    entries.extend(_triton())
     return entries

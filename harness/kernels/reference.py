@@ -97,6 +97,12 @@ def softmax(inputs: Inputs, spec) -> Inputs:
 
 
 @_reference
+def vector_add(inputs: Inputs, spec) -> Inputs:
+    """z = x + y."""
+    return {"z": _f32(inputs["x"] + inputs["y"])}
+
+
+@_reference
 def layernorm(inputs: Inputs, spec) -> Inputs:
     """Row-wise layer norm with biased variance, then gamma * . + beta."""
     x = _rows(inputs["x"], int(inputs["cols"]))

@@ -44,8 +44,24 @@ def provenance(entry: dict) -> str:
     return f"// evo suite: {command} (python -m harness.kernels.regenerate)\n"
 
 
+def triton_ptx(entry: dict) -> str:
+    """Compile a Triton entry (no GPU needed) and check its launch facts against the catalog."""
+    try:
+        from harness.kernels.src.triton_kernels import compile_to_ptx
+    except ImportError as err:
+        raise SystemExit(f"regenerate: {entry['name']} needs Triton (pip install triton==3.6.0): {err}")
+    ptx, shared, threads = compile_to_ptx(entry["name"])
+    if shared != entry.get("shared_mem", 0) or threads != entry["block"][0]:
+        raise SystemExit(f"regenerate: {entry['name']}: Triton now wants {shared} B shared memory "
+                         f"and {threads} threads; update catalog.py")
+    return (f"// evo suite: Triton {entry['source']}::{entry['name']} for cuda 9.0, "
+            f"retargeted to sm_90 (python -m harness.kernels.regenerate)\n" + ptx)
+
+
 def compile_ptx(entry: dict, workdir: Path) -> str:
     """Run nvcc for one entry and return its PTX text with the provenance line prepended."""
+    if entry.get("triton"):
+        return triton_ptx(entry)
     out = workdir / f"{entry['name']}.ptx"
     proc = subprocess.run(nvcc_command(entry, out), capture_output=True, text=True)
     if proc.returncode != 0:
