@@ -26,12 +26,10 @@ SM) still fit the 64K-register file; every register beyond it costs 2 % (lost oc
 
 Known blind spots: loops count once (static, not dynamic counts); latency hiding, cache
 policies and instruction order are invisible (a ``cache_cg`` or ``reorder`` gene that changes
-no instruction scores the same). Checked against an H200 (24 random genomes per kernel,
-clock64 / events cycles): gemm_tile baselines land at 0.5-1.0x the measured cycles
-(6x6x6..12x12x12: 0.96-0.99x), and the rank correlation with the measured cycles is 0.6-0.9 on
-gemm_tile 4x6x8..12x12x12 but ~0.1-0.5 on the tiniest tiles, where latency dominates. For
-many-thread kernels the estimate is a per-thread count (0.02-0.06x of the measured cycles) and
-ranks poorly (0.15-0.8): use it for smoke tests there, not for decisions.
+no instruction scores the same). A development check on an H200 (random genomes, not a
+recorded benchmark) found it ranking variants of mid-size gemm tiles fairly well and those
+of the tiniest tiles and of many-thread kernels (where it is a per-thread count) poorly:
+use it for smoke tests and CPU-only runs, not for decisions.
 """
 
 from __future__ import annotations
