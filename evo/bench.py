@@ -9,6 +9,7 @@ one shared backend (one GPU worker):
 | sweep          | every single gene alone                                           |
 | greedy         | sequential greedy, up to 6 steps                                  |
 | evolve_matched | evolve with max_evals = what greedy used on that kernel           |
+| evolve_ls      | evolve_matched with a local search of 2 neighbors of the best a gen |
 | evolve45       | evolve at 9 generations x pop 5 (45 trials, the EvoEngineer budget)|
 | oracle         | every combination of one gene per group (only on ``oracle_kernels``)|
 
@@ -35,7 +36,7 @@ from evo.config import Config
 from evo.rundir import write_atomic
 from evo.search import new_checkpoint, search_kernel
 
-STRATEGIES = ("sweep", "greedy", "evolve_matched", "evolve45", "oracle")
+STRATEGIES = ("sweep", "greedy", "evolve_matched", "evolve_ls", "evolve45", "oracle")
 SUITES = {
     "gemm64": "gemm_tile_[2468]x[2468]x[2468]",
     "gemm_large": "gemm_tile_1[0246]x*",
@@ -62,12 +63,13 @@ def suite_kernels(name: str) -> list[str]:
 def strategy_config(base: Config, strategy: str, greedy_evals: int | None) -> Config:
     if strategy == "evolve45":
         return base.override("run", strategy="evolve", generations=9, pop=5, max_evals=0)
-    if strategy == "evolve_matched":
+    if strategy in ("evolve_matched", "evolve_ls"):
         if greedy_evals is None:
-            raise EvoError("evolve_matched needs greedy's evaluations on the kernel: run greedy too")
+            raise EvoError(f"{strategy} needs greedy's evaluations on the kernel: run greedy too")
         # As many generations as the budget allows; the budget is the binding limit.
-        return base.override("run", strategy="evolve", generations=1000,
-                             max_evals=max(1, greedy_evals))
+        matched = base.override("run", strategy="evolve", generations=1000,
+                                max_evals=max(1, greedy_evals))
+        return matched.override("evolve", local_search=2) if strategy == "evolve_ls" else matched
     return base.override("run", strategy=strategy, max_evals=0)  # sweep, greedy, oracle
 
 
@@ -88,8 +90,9 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
     path = out / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {"kernels": {}}
     order = [s for s in STRATEGIES if s in strategies]
-    if "evolve_matched" in order and "greedy" not in order:
-        order.insert(order.index("evolve_matched"), "greedy")
+    needs_greedy = [s for s in ("evolve_matched", "evolve_ls") if s in order]
+    if needs_greedy and "greedy" not in order:
+        order.insert(order.index(needs_greedy[0]), "greedy")
     owned = backend is None
     backend = backend or make_backend(backend_kind, seed=base.run.seed,
                                       timing=base.to_dict()["timing"])
@@ -160,7 +163,7 @@ def summary_lines(results: dict, order: list[str]) -> list[str]:
         if shares:
             lines.append(f"- {s} reaches {100 * statistics.mean(shares):.0f} % of the oracle's "
                          f"cycle reduction (mean over {len(shares)} kernels)")
-    for s in ("evolve_matched", "evolve45"):
+    for s in ("evolve_matched", "evolve_ls", "evolve45"):
         if s not in order or "greedy" not in order:
             continue
         win = tie = lose = 0

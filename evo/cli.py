@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "kernels), or comma-separated kernel names")
     p.add_argument("--strategies", default="sweep,greedy,evolve_matched,evolve45",
                    help="comma-separated: sweep, greedy, evolve_matched (greedy's budget), "
-                        "evolve45 (9 generations x pop 5), oracle (exhaustive, only on the "
+                        "evolve_ls (the same with a local search on the best), evolve45 "
+                        "(9 generations x pop 5), oracle (exhaustive, only on the "
                         "--oracle-kernels)")
     p.add_argument("--oracle-kernels", default=",".join(("gemm_tile_4x4x4", "gemm_tile_4x6x8",
                                                           "gemm_tile_6x6x6", "gemm_tile_8x8x8")),

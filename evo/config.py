@@ -55,6 +55,8 @@ class EvolveConfig:
     mutpb: float = _opt(0.9, lo=0.0, hi=1.0, doc="mutation probability per child")
     init_max_len: int = _opt(3, lo=1, hi=64, doc="random initial genomes have 1..this genes")
     max_len: int = _opt(8, lo=1, hi=256, doc="genomes never grow past this")
+    local_search: int = _opt(0, lo=0, hi=1000,
+                             doc="unseen neighbors of the best tried each generation (0 = off)")
 
 
 @dataclass(frozen=True)

@@ -35,16 +35,17 @@ def test_bench_runs_strategies_with_matched_budget_and_resumes(tmp_path):
     kernels = ["gemm_tile_2x2x2", "gemm_tile_2x4x2"]
     lines = []
     base = Config().override("run", seed=3)
-    first = bench.run_bench(kernels[:1], ["greedy", "evolve_matched", "evolve45"], base,
+    first = bench.run_bench(kernels[:1], ["greedy", "evolve_matched", "evolve_ls", "evolve45"], base,
                             tmp_path, backend=CodeSizeBackend(), progress=lines.append)
     k = first["kernels"]["gemm_tile_2x2x2"]
     assert k["evolve_matched"]["evals"] <= k["greedy"]["evals"]
+    assert k["evolve_ls"]["evals"] <= k["greedy"]["evals"]
     assert k["evolve45"]["evals"] <= 45
-    assert len(lines) == 3
+    assert len(lines) == 4
     # A second call continues: the finished kernel is not run again.
-    second = bench.run_bench(kernels, ["greedy", "evolve_matched", "evolve45"], base,
-                             tmp_path, backend=CodeSizeBackend(), progress=lines.append)
-    assert len(lines) == 6 and set(second["kernels"]) == set(kernels)
+    second = bench.run_bench(kernels, ["greedy", "evolve_matched", "evolve_ls", "evolve45"],
+                             base, tmp_path, backend=CodeSizeBackend(), progress=lines.append)
+    assert len(lines) == 8 and set(second["kernels"]) == set(kernels)
     assert json.loads((tmp_path / "results.json").read_text()) == second
     md = (tmp_path / "bench.md").read_text()
     assert "evolve_matched vs greedy:" in md and "cycle reduction mean" in md

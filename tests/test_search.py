@@ -105,3 +105,38 @@ def test_seed_changes_the_search():
     a, _, _ = run(cfg(seed=1))
     b, _, _ = run(cfg(seed=2))
     assert a.best_genome != b.best_genome or a.evals != b.evals
+
+
+def test_local_search_tries_neighbors_of_the_best_and_keeps_resume_exact():
+    base = cfg(generations=6, pop=6)
+    config = base.override("evolve", local_search=2)
+    result, ckpt, events = run(config)
+    bests = [e["best"] for e in events if e["type"] == "generation"]
+    assert all(b <= a for a, b in zip(bests, bests[1:]))
+    assert result.evals > 0
+    # Resume stays exact with the local search on.
+    _, partial, _ = run(config, stop_after=3)
+    resumed, ckpt2, _ = run(config, checkpoint=partial)
+    assert ckpt2["kernels"]["k"]["state"] == ckpt["kernels"]["k"]["state"]
+    # It changes the search (it is not a no-op option).
+    _, plain, _ = run(base)
+    assert ckpt["kernels"]["k"]["known"] != plain["kernels"]["k"]["known"]
+
+
+def test_neighbors_are_one_step_from_the_best():
+    import random as _random
+
+    from evo.strategies.evolve import _neighbors
+    from genomes.genome import parse_inline
+
+    class Seen:
+        def seen(self, genome):
+            return False
+
+    best = parse_inline("vec_ld,maxnreg(n=96)")
+    got = _neighbors(best, 500, Seen(), _random.Random(1))
+    assert parse_inline("vec_ld,maxnreg(n=104)") in got
+    assert parse_inline("vec_ld") in got and parse_inline("maxnreg(n=96)") in got
+    assert parse_inline("vec_ld,maxnreg(n=96),cache_cs") in got
+    assert parse_inline("vec_ld(width=2),maxnreg(n=96)") in got  # replaced in place
+    assert best not in got and len(set(got)) == len(got)

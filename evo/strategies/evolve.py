@@ -25,6 +25,11 @@ objects; elites come from ``deap.tools.selBest``, the per-generation statistics 
 | mutpb        | 0.9     | mutation probability per child               |
 | init_max_len | 3       | random initial genomes have 1..this genes    |
 | max_len      | 8       | genomes never grow past this                 |
+| local_search | 0       | neighbors of the best tried each generation  |
+
+With ``local_search`` > 0, each generation also evaluates that many unseen neighbors of
+the best individual (one gene in, one gene out, or its register budget moved by 8 or 16),
+in place of as many children.
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ import math
 
 from deap import base, tools
 
-from genomes.genome import Genome
-from genomes.variation import crossover_one_point, crossover_uniform, mutate, random_genome
+from genomes.genome import Gene, Genome
+from genomes.variation import (crossover_one_point, crossover_uniform, gene_alphabet, mutate,
+                               random_genome)
 
 RETRIES = 4  # extra mutations to turn an already-seen child into a new genome
 
@@ -74,8 +80,10 @@ def step(state: dict, search) -> dict:
     else:
         population = [_from_json(item) for item in state["population"]]
         elites = tools.selBest(population, min(cfg.elites, len(population)))
+        # A local search around the best (if enabled) takes some of the children's places.
+        neighbors = _neighbors(elites[0].genome, cfg.local_search, search, rng) if elites else []
         parents = [_tournament(population, cfg.tournament, rng)
-                   for _ in range(pop_size - len(elites))]
+                   for _ in range(max(0, pop_size - len(elites) - len(neighbors)))]
         children = [p.genome for p in parents]
         for i in range(0, len(children) - 1, 2):
             if rng.random() < cfg.cxpb:
@@ -93,6 +101,7 @@ def step(state: dict, search) -> dict:
             elif rng.random() < cfg.mutpb:
                 child = mutate(child, rng, cfg.max_len)[0]
             genomes.append(_novel(child, genomes, search, rng))
+        genomes = neighbors + [g for g in genomes if g not in neighbors]
     results = search.evaluate(genomes, generation=generation)
     # +inf (invalid) is a legal DEAP fitness value: it sorts last.
     offspring = [Individual(g, r.fitness) for g, r in zip(genomes, results)]
@@ -118,6 +127,37 @@ def best(state: dict):
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _neighbors(best: Genome, count: int, search, rng) -> list[Genome]:
+    """Up to ``count`` unseen genomes one step from ``best``: a gene of the alphabet put in
+    (replacing its group's gene, if any), a gene taken out, or a register budget moved by
+    8 or 16. A memetic step: greedy's thoroughness near the best, evolution elsewhere."""
+    if count <= 0:
+        return []
+    moves = [_put(best, g) for g in gene_alphabet()]
+    moves += [Genome(best.genes[:i] + best.genes[i + 1:]) for i in range(len(best.genes))]
+    for i, g in enumerate(best.genes):
+        if g.transform == "maxnreg":
+            n = dict(g.params)["n"]
+            for step in (-16, -8, 8, 16):
+                if 16 <= n + step <= 255:
+                    moves.append(Genome(best.genes[:i] + (Gene.make("maxnreg", n=n + step),)
+                                        + best.genes[i + 1:]))
+    fresh = []
+    for genome in moves:
+        if genome != best and genome not in fresh and not search.seen(genome):
+            fresh.append(genome)
+    rng.shuffle(fresh)
+    return fresh[:count]
+
+
+def _put(genome: Genome, gene: Gene) -> Genome:
+    """``genome`` with ``gene`` in place of its group's gene (in that position), or appended."""
+    for i, g in enumerate(genome.genes):
+        if g.group is not None and g.group == gene.group:
+            return Genome(genome.genes[:i] + (gene,) + genome.genes[i + 1:])
+    return Genome(genome.genes + (gene,))
 
 
 def _tournament(population: list[Individual], size: int, rng) -> Individual:
