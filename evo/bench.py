@@ -75,10 +75,12 @@ def strategy_config(base: Config, strategy: str, greedy_evals: int | None) -> Co
 
 def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path,
               backend_kind: str = "auto", progress=print, backend=None,
-              oracle_kernels: set[str] | None = None) -> dict:
+              oracle_kernels: set[str] | None = None, keep_stores: bool = False) -> dict:
     """Run (or continue) the bench; return the results dict also saved in OUT.
 
-    ``backend`` (an object) replaces the one ``backend_kind`` would build (tests)."""
+    ``backend`` (an object) replaces the one ``backend_kind`` would build (tests).
+    ``keep_stores`` keeps each (kernel, strategy) store in OUT/stores/, so that engine
+    changes can later be tried offline against them with the replay backend."""
     import contextlib
 
     from harness.backends import make_backend
@@ -98,6 +100,8 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
                                       timing=base.to_dict()["timing"])
     with (backend if owned else contextlib.nullcontext()), \
             tempfile.TemporaryDirectory(prefix="evo-bench-") as tmp:
+        stores = out / "stores" if keep_stores else Path(tmp)
+        stores.mkdir(exist_ok=True)
         results["device"] = backend.device
         results["backend"] = backend.describe()
         for kernel in kernels:
@@ -109,7 +113,7 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
                     continue
                 greedy = done.get("greedy", {}).get("evals")
                 config = strategy_config(base, strategy, greedy)
-                with Store(Path(tmp) / f"{kernel}-{strategy}.sqlite") as store:
+                with Store(stores / f"{kernel}-{strategy}.sqlite") as store:
                     evaluator = Evaluator(backend, store)
                     start = time.perf_counter()
                     try:

@@ -130,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the kernels the oracle runs on (comma-separated)")
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "static"))
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--keep-stores", action="store_true",
+                   help="keep every strategy's measurement store in OUT/stores/ (for replay)")
     p.add_argument("--limit", type=int, default=0,
                    help="stop after this many kernels this call (0 = all); run again to go on")
     p.add_argument("--out", type=Path, required=True, help="bench folder (results.json is "
@@ -343,7 +345,7 @@ def cmd_bench(args) -> int:
     oracle = {k.strip() for k in args.oracle_kernels.split(",") if k.strip()}
     results = bench.run_bench(todo, strategies, base, args.out, args.backend,
                               progress=lambda line: print(line, file=sys.stderr),
-                              oracle_kernels=oracle)
+                              oracle_kernels=oracle, keep_stores=args.keep_stores)
     print((args.out / "bench.md").read_text())
     left = [k for k in kernels if k not in results["kernels"]]
     if left:

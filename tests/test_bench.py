@@ -36,7 +36,9 @@ def test_bench_runs_strategies_with_matched_budget_and_resumes(tmp_path):
     lines = []
     base = Config().override("run", seed=3)
     first = bench.run_bench(kernels[:1], ["greedy", "evolve_matched", "evolve_ls", "evolve45"], base,
-                            tmp_path, backend=CodeSizeBackend(), progress=lines.append)
+                            tmp_path, backend=CodeSizeBackend(), progress=lines.append,
+                            keep_stores=True)
+    assert (tmp_path / "stores" / "gemm_tile_2x2x2-greedy.sqlite").is_file()
     k = first["kernels"]["gemm_tile_2x2x2"]
     assert k["evolve_matched"]["evals"] <= k["greedy"]["evals"]
     assert k["evolve_ls"]["evals"] <= k["greedy"]["evals"]
@@ -93,3 +95,4 @@ def test_oracle_runs_only_on_its_kernels(tmp_path, monkeypatch):
     assert "oracle" in res["kernels"]["gemm_tile_2x2x2"]
     assert "oracle" not in res["kernels"]["gemm_tile_2x2x4"]
     assert res["kernels"]["gemm_tile_2x2x2"]["oracle"]["evals"] == 12
+    assert not (tmp_path / "stores").exists()  # kept only when asked for
