@@ -10,29 +10,7 @@ from harness.sass import (
     cubin_text_hash, disassemble, normalize_sass, opcode_histogram, sass_hash, sass_stats,
 )
 
-HEADER = ".version 8.0\n.target sm_90\n.address_size 64\n"
-
-# One thread: load four floats, store their sum (the same kernel as in test_compile).
-SUM4 = HEADER + """
-.visible .entry sum4(.param .u64 sum4_in, .param .u64 sum4_out)
-{
-    .reg .f32 %f<8>;
-    .reg .b64 %rd<3>;
-    ld.param.u64 %rd1, [sum4_in];
-    ld.param.u64 %rd2, [sum4_out];
-    cvta.to.global.u64 %rd1, %rd1;
-    cvta.to.global.u64 %rd2, %rd2;
-    ld.global.f32 %f1, [%rd1];
-    ld.global.f32 %f2, [%rd1+4];
-    ld.global.f32 %f3, [%rd1+8];
-    ld.global.f32 %f4, [%rd1+12];
-    add.f32 %f5, %f1, %f2;
-    add.f32 %f6, %f3, %f4;
-    add.f32 %f7, %f5, %f6;
-    st.global.f32 [%rd2], %f7;
-    ret;
-}
-"""
+from test_compile import HEADER, SUM4  # the same one-thread kernel: four loads, a sum
 
 # The same program as SUM4 with other register names and a comment.
 SUM4_RENAMED = SUM4.replace("%f", "%x").replace(".reg .f32 %x<8>;", ".reg .f32 %x<8>; // renamed")
