@@ -235,7 +235,11 @@ class GpuWorker:
             raise
         if kind != "ready":
             self._kill()
-            raise WorkerStartError(f"GPU worker {self.device_id} could not start: {payload}")
+            hint = ""
+            if "cupy" in str(payload).lower():
+                hint = ("; install CuPy (pip install 'evo-ptx[gpu]') on a machine with an NVIDIA "
+                        "GPU, or use --backend static (no GPU) or replay (from a store)")
+            raise WorkerStartError(f"GPU worker {self.device_id} could not start: {payload}{hint}")
         self._device = str(payload)
         self.restarts += self._started > 0
         self._started += 1
