@@ -8,8 +8,9 @@ must never mix devices.
 
 Per kernel the backend compiles, once, the baseline cubin (its outputs are the reference
 every variant must match) and, for ``timing == "clock64"`` specs, the instrumented variants
-(``harness.instrument``). Each candidate is checked on five fresh input seeds drawn from
-the backend's seeded RNG, and timed on a separate seed, so that a run is reproducible.
+(``harness.instrument``). Each candidate is checked on five fresh input seeds and timed on
+a separate one, all drawn from an RNG seeded by (run seed, kernel, code hash): fresh for
+every candidate, yet the same whichever order, GPU or resumed run measures it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class GpuBackend(Backend):
         # Timing knobs passed to every MeasureRequest (warmup, min_reps, max_reps,
         # target_rel_sem); check_sets = fresh input sets per candidate.
         self.check_sets, self.timing = check_sets, dict(timing or {})
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.workers = []
         try:
             for gpu in gpus:
@@ -129,9 +130,10 @@ class GpuBackend(Backend):
         base_cycles = baseline.cycles if baseline is not None and baseline.valid else None
         jobs: list[tuple[int, MeasureRequest | str]] = []
         for i, (v, clock) in enumerate(zip(variants, clocks)):
-            # Seeds are drawn here, in candidate order, so that a run is reproducible
-            # whichever GPU ends up measuring which candidate.
-            seeds = tuple(self.rng.sample(range(1, 2**31), self.check_sets + 1))
+            # Seeds depend on the candidate alone (a str seed is hashed with SHA-512, not
+            # Python's salted hash), so they do not depend on order, GPU or resume.
+            rng = random.Random(f"{self.seed}:{spec.name}:{v.code_hash or v.ptx_hash}")
+            seeds = tuple(rng.sample(range(1, 2**31), self.check_sets + 1))
             if isinstance(clock, str):
                 jobs.append((i, clock))
                 continue
