@@ -127,12 +127,12 @@ def write_config(tmp_path, server) -> str:
     path.write_text(f"""[run]
 suite = ["{KERNEL}"]
 backend = "static"
-pop = 4
+pop = 6
 seed = 5
 store = "{tmp_path / 'store.sqlite'}"
 
 [llm]
-rate = 0.6
+rate = 0.3
 base_url = "{server.base_url}"
 api_key_env = "EVO_TEST_KEY"
 timeout = 1.0
@@ -151,6 +151,7 @@ def test_run_with_llm_rate_evolves_patch_genes_and_resumes(llm_server, tmp_path,
     llm_server.script([text(GOOD), malformed(), text("no diff here"), text(NOT_APPLYING)])
     config = write_config(tmp_path, llm_server)
     run_dir = tmp_path / "run"
+    # Generation 2 is the first that mutates: its whole offspring is the population then.
     assert main(["run", "--config", config, "--generations", "2", "--out", str(run_dir),
                  "-q"]) == 0
     first = json.loads((run_dir / "checkpoint.json").read_text())
@@ -158,10 +159,10 @@ def test_run_with_llm_rate_evolves_patch_genes_and_resumes(llm_server, tmp_path,
                if any("patch" in g for g in ind["genome"]["genes"])]
     assert patched, "the population holds patch genes"
     assert first["llm"]["proposed"] >= 1 and first["llm"]["calls"] >= 1
-    # Resume to 4 generations: the patch genes come back from the checkpoint intact.
-    assert main(["run", "--resume", str(run_dir), "--generations", "4", "-q"]) == 0
+    # Resume to 5 generations: the patch genes come back from the checkpoint intact.
+    assert main(["run", "--resume", str(run_dir), "--generations", "5", "-q"]) == 0
     final = json.loads((run_dir / "checkpoint.json").read_text())
-    assert final["kernels"][KERNEL]["state"]["generation"] == 4
+    assert final["kernels"][KERNEL]["state"]["generation"] == 5
     for ind in final["kernels"][KERNEL]["state"]["population"]:
         genome = Genome.from_json(ind["genome"])  # every gene, patches too, reads back
         assert apply_genome(find_kernel(KERNEL).ptx_text(), genome).outcomes is not None
