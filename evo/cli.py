@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probability that a child is mutated by the LLM ([llm] in evo.toml "
                         "says which endpoint and model; default 0: no LLM)")
     p.add_argument("--backend", choices=("auto", "gpu", "replay", "static"))
-    p.add_argument("--gpus", type=lambda s: [int(x) for x in s.split(",")], metavar="IDS",
+    p.add_argument("--gpus", type=_gpu_ids, metavar="IDS",
                    help="comma-separated GPU ids, one worker each (e.g. 0,1)")
     p.add_argument("--store", help="measurement store (SQLite), shared across runs")
     p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
@@ -395,6 +395,17 @@ def _parse(text: str, source: str):
     from genomes import ptx
 
     return ptx.parse(text, source)
+
+
+def _gpu_ids(text: str) -> list[int]:
+    """``0,1`` -> [0, 1] (argparse turns the error into one usage line)."""
+    try:
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"GPU ids are comma-separated integers, got {text!r}")
+    if not ids or any(i < 0 for i in ids):
+        raise argparse.ArgumentTypeError(f"GPU ids are integers >= 0, got {text!r}")
+    return ids
 
 
 def _print_table(header: tuple[str, ...], rows: list[tuple]) -> None:
