@@ -12,6 +12,7 @@ lost a section would still "work" and quietly waste every LLM call of a run.
 
 from __future__ import annotations
 
+import sys
 import traceback
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,14 @@ from typing import Any
 from genomes.errors import EvoError
 
 #: The built-in templates: ``<repo>/prompts``, two levels above this package.
-BUILTIN_DIR = Path(__file__).resolve().parents[2] / "prompts"
+def _builtin_dir() -> Path:
+    """The repo's prompts/ (source checkouts and editable installs), else the copy a
+    wheel installs under <prefix>/share/evo/prompts (pyproject's data-files)."""
+    in_repo = Path(__file__).resolve().parents[2] / "prompts"
+    return in_repo if in_repo.is_dir() else Path(sys.prefix) / "share" / "evo" / "prompts"
+
+
+BUILTIN_DIR = _builtin_dir()
 
 #: Kinds of user message that ``PromptSet.messages`` can build, one template each.
 KINDS = ("mutate", "repair")
