@@ -64,15 +64,16 @@ class KernelSearch:
         Genomes beyond the budget are not measured: they come back invalid with reason
         "over budget" and are not remembered, so they never reach the checkpoint as real.
         """
-        new: list[Genome] = []
-        for g in genomes:
-            k = _key(g)
-            if k not in self.known and all(_key(n) != k for n in new):
-                new.append(g)
+        keys = [_key(g) for g in genomes]
+        new: dict[str, Genome] = {}  # key -> genome, first occurrence, in order
+        for k, g in zip(keys, genomes):
+            if k not in self.known and k not in new:
+                new[k] = g
+        todo = list(new.items())
         left = self.budget_left()
         if left is not None:
-            new = new[:left]
-        fresh = dict(zip((_key(g) for g in new), self.measure(new))) if new else {}
+            todo = todo[:left]
+        fresh = dict(zip((k for k, _ in todo), self.measure([g for _, g in todo]))) if todo else {}
         self.evals += len(fresh)
         events = []
         for k, m in fresh.items():
@@ -83,12 +84,8 @@ class KernelSearch:
             events.append({"type": "eval", "kernel": self.kernel, "generation": generation,
                            "genome": json.loads(k), **self.known[k]})
         self.on_events(events)
-        out = []
-        for g in genomes:
-            k = _key(g)
-            out.append(_measurement(self.kernel, self.known[k]) if k in self.known
-                       else Measurement(self.kernel, "", False, "over budget"))
-        return out
+        return [_measurement(self.kernel, self.known[k]) if k in self.known
+                else Measurement(self.kernel, "", False, "over budget") for k in keys]
 
     def llm_mutate(self, genome: Genome) -> Genome | None:
         """``genome`` plus one LLM-written patch gene that applies and assembles, or None."""
