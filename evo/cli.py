@@ -138,6 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "read back, so a second call continues where the first stopped)")
     p.set_defaults(func=cmd_bench)
 
+    p = sub.add_parser("store", help="inspect or merge measurement stores (for replay)")
+    p.add_argument("action", choices=("stats", "merge"),
+                   help="stats: rows per device and kernel; merge: copy SRC stores into PATH")
+    p.add_argument("path", type=Path, metavar="PATH")
+    p.add_argument("sources", type=Path, nargs="*", metavar="SRC")
+    p.set_defaults(func=cmd_store)
+
     p = sub.add_parser("show", help="table of a run's kernels: baseline, best, speedup, genome")
     p.add_argument("run", type=Path, metavar="RUN")
     p.set_defaults(func=cmd_show)
@@ -350,6 +357,22 @@ def cmd_bench(args) -> int:
     left = [k for k in kernels if k not in results["kernels"]]
     if left:
         print(f"{len(left)} kernels left: run the same command again to continue")
+    return 0
+
+
+def cmd_store(args) -> int:
+    from harness.store import Store
+
+    if args.action == "stats" and not args.path.is_file():
+        raise EvoError(f"no such measurement store: {args.path}")
+    if args.action == "merge" and not args.sources:
+        raise EvoError("evo store merge PATH SRC...: name at least one store to merge in")
+    with Store(args.path) as store:
+        for src in args.sources if args.action == "merge" else ():
+            added = store.merge_from(src)
+            print(f"{src}: {added['measurements']} measurements, {added['ptx_index']} PTX links added")
+        rows = store.summary()
+    _print_table(("device", "kernel", "measurements", "valid"), rows)
     return 0
 
 

@@ -184,6 +184,13 @@ class Store:
             return None
         return m
 
+    def summary(self) -> list[tuple[str, str, int, int]]:
+        """(device, kernel, measurements, valid ones) per device and kernel."""
+        with self._lock:
+            return self._db.execute(
+                "SELECT device, kernel, COUNT(*), SUM(valid) FROM measurements "
+                "GROUP BY device, kernel ORDER BY device, kernel").fetchall()
+
     def devices(self) -> list[str]:
         """Device names with at least one measurement, in name order."""
         with self._lock:
@@ -247,6 +254,41 @@ class Store:
                 "ORDER BY successes DESC, gain_sum DESC, label LIMIT ?", (n,)).fetchall()
         return [{"label": r[0], "kernels": json.loads(r[1]), "attempts": r[2],
                  "successes": r[3], "mean_gain": r[4] / r[3] if r[3] else 0.0} for r in rows]
+
+    # ------------------------------------------------------------------ merging
+    def merge_from(self, other: str | Path) -> dict:
+        """Copy another store's measurements and PTX links in (rows already here win), so
+        stores kept by separate runs or bench strategies can be replayed as one.
+        Returns the rows added per table."""
+        other = Path(other)
+        if not other.is_file():
+            raise StoreError(f"no such measurement store: {other}")
+        try:  # read-only: merging must not change the source
+            src = sqlite3.connect(f"file:{other}?mode=ro", uri=True)
+            try:
+                version = src.execute("SELECT value FROM schema_info WHERE key = 'version'").fetchone()
+            finally:
+                src.close()
+        except sqlite3.DatabaseError:
+            version = None
+        if version is None:
+            raise StoreError(f"{other} is not an evo measurement store")
+        if int(version[0]) > SCHEMA_VERSION:
+            raise StoreError(f"{other} has schema version {version[0]}; this evo reads up to "
+                             f"{SCHEMA_VERSION}")
+        added = {}
+        with self._lock:
+            self._db.execute("ATTACH DATABASE ? AS other", (str(other),))
+            try:
+                with self._transaction():
+                    for table in ("measurements", "ptx_index"):
+                        before = self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+                        self._db.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM other.{table}")
+                        after = self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+                        added[table] = after - before
+            finally:
+                self._db.execute("DETACH DATABASE other")
+        return added
 
     # ------------------------------------------------------------------ upkeep
     def stats(self) -> dict:

@@ -113,3 +113,23 @@ def test_init_kernel_writes_a_skeleton_that_names_its_todos(tmp_path, capsys):
     with pytest.raises(SpecError, match="TODO"):
         load_spec(tmp_path / "k.toml")
     assert main(["init-kernel", str(ptx)]) == 2  # refuses to overwrite
+
+
+def test_store_merge_and_stats(tmp_path, capsys):
+    from harness.record import Measurement
+    from harness.store import Store
+
+    for name, code in (("a", "c1"), ("b", "c2")):
+        with Store(tmp_path / f"{name}.sqlite") as s:
+            s.put("NVIDIA H200", "gemm_tile_2x2x2", f"p{code}", code,
+                  Measurement(kernel="gemm_tile_2x2x2", device="NVIDIA H200", valid=True,
+                              cycles=1.0, timer="clock64", n=1))
+    dest = tmp_path / "all.sqlite"
+    assert main(["store", "merge", str(dest), str(tmp_path / "a.sqlite"),
+                 str(tmp_path / "b.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert "1 measurements, 1 PTX links added" in out
+    assert main(["store", "stats", str(dest)]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "gemm_tile_2x2x2" in ln)
+    assert line.split()[-2:] == ["2", "2"]
+    assert main(["store", "stats", str(tmp_path / "none.sqlite")]) == 2

@@ -126,3 +126,26 @@ def test_method_catalogue_counts_and_ranks(tmp_path):
     assert top[0]["attempts"] == 2 and top[0]["successes"] == 2
     assert abs(top[0]["mean_gain"] - 0.15) < 1e-9
     assert top[1]["kernels"] == ["k1", "k2"] and top[1]["attempts"] == 2
+
+
+def test_merge_copies_rows_and_keeps_existing_ones(tmp_path):
+    from harness.record import Measurement
+    from harness.store import Store, StoreError
+
+    def m(cycles):
+        return Measurement(kernel="k", device="GPU", valid=True, cycles=cycles, timer="clock64", n=3)
+
+    with Store(tmp_path / "a.sqlite") as a:
+        a.put("GPU", "k", "p1", "c1", m(100.0))
+    with Store(tmp_path / "b.sqlite") as b:
+        b.put("GPU", "k", "p1", "c1", m(999.0))  # same key: the destination's row wins
+        b.put("GPU", "k", "p2", "c2", m(200.0))
+    with Store(tmp_path / "a.sqlite") as a:
+        assert a.merge_from(tmp_path / "b.sqlite") == {"measurements": 1, "ptx_index": 1}
+        assert a.lookup_code("GPU", "k", "c1").cycles == 100.0
+        assert a.lookup_ptx("GPU", "k", "p2").cycles == 200.0
+        with pytest.raises(StoreError, match="no such"):
+            a.merge_from(tmp_path / "missing.sqlite")
+        (tmp_path / "notes.txt").write_text("not a database")
+        with pytest.raises(StoreError, match="not an evo measurement store"):
+            a.merge_from(tmp_path / "notes.txt")
