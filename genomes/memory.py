@@ -81,6 +81,14 @@ def access_size(ins: Instruction) -> int:
     return width * vec
 
 
+def with_cache_operator(ins: Instruction, operator: str, replaces) -> Instruction:
+    """``ins`` with ``operator`` as its cache operator right after ``.global`` (any of
+    ``replaces`` already there removed): ``ld.global.f32`` -> ``ld.global.cs.f32``."""
+    mods = [m for m in ins.mods if m not in replaces]
+    mods.insert(mods.index("global") + 1, operator)
+    return ins.with_(opcode=".".join([ins.op, *mods]))
+
+
 def element_type(ins: Instruction) -> str | None:
     """The type modifier of a ld/st (``f32`` in ``ld.global.v2.f32``)."""
     return next((m for m in reversed(ins.mods) if m in _WIDTHS), None)

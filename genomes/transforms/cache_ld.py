@@ -10,7 +10,7 @@ in its own allocation, so parameters do not alias).
 
 from __future__ import annotations
 
-from genomes.memory import PointerInfo, effect
+from genomes.memory import PointerInfo, effect, with_cache_operator
 from genomes.ptx import Instruction, Line, Module
 from genomes.transforms.base import Param, Transform
 
@@ -22,13 +22,6 @@ def _plain_global_load(ins: Instruction) -> bool:
     return (ins.op == "ld" and ins.space == "global" and effect(ins) == "load"
             and not any("::" in m for m in ins.mods)
             and not any(m in ("weak", "mmio") for m in ins.mods))
-
-
-def _with_policy(ins: Instruction, policy: str) -> Instruction:
-    mods = [m for m in ins.mods if m not in _COPS]
-    at = mods.index("global") + 1
-    mods.insert(at, policy)
-    return ins.with_(opcode=".".join([ins.op, *mods]))
 
 
 def _written_params(fn, info: PointerInfo) -> frozenset[str]:
@@ -62,7 +55,7 @@ def apply(module: Module, policy: str) -> int:
                 continue
             if policy == "nc" and not _readonly_load(ins, info, written):
                 continue
-            new = _with_policy(ins, policy)
+            new = with_cache_operator(ins, policy, _COPS)
             if new.opcode != ins.opcode:
                 fn.body[i] = Line(new, line.before, line.after)
                 changed += 1

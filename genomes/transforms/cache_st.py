@@ -6,7 +6,7 @@ an eviction hint keep their form.
 
 from __future__ import annotations
 
-from genomes.memory import effect
+from genomes.memory import effect, with_cache_operator
 from genomes.ptx import Instruction, Line, Module
 from genomes.transforms.base import Param, Transform
 
@@ -21,11 +21,9 @@ def apply(module: Module, policy: str) -> int:
             if not (isinstance(ins, Instruction) and ins.op == "st" and ins.space == "global"
                     and effect(ins) == "store" and not any("::" in m for m in ins.mods)):
                 continue
-            mods = [m for m in ins.mods if m not in STORE_POLICIES]
-            mods.insert(mods.index("global") + 1, policy)
-            opcode = ".".join(["st", *mods])
-            if opcode != ins.opcode:
-                fn.body[i] = Line(ins.with_(opcode=opcode), line.before, line.after)
+            new = with_cache_operator(ins, policy, STORE_POLICIES)
+            if new.opcode != ins.opcode:
+                fn.body[i] = Line(new, line.before, line.after)
                 changed += 1
     return changed
 
