@@ -185,14 +185,15 @@ def search_kernel(kernel: str, config: Config, measure, on_events, checkpoint: d
 
 
 def _generation_event(kernel: str, state: dict, search: KernelSearch) -> dict:
-    fits = sorted(s["cycles"] if s["valid"] and s["cycles"] is not None else math.inf
-                  for s in search.known.values())
     # Best and median over this generation's population where the strategy has one,
     # else over everything evaluated so far.
     pop = state.get("population")
     if pop:
         fits = sorted(item["fitness"] if item["fitness"] is not None else math.inf
                       for item in pop)
+    else:
+        fits = sorted(s["cycles"] if s["valid"] and s["cycles"] is not None else math.inf
+                      for s in search.known.values())
     best = fits[0] if fits else math.inf
     finite = [f for f in fits if math.isfinite(f)]
     return {"type": "generation", "kernel": kernel, "generation": state.get("generation", 0),

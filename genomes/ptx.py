@@ -204,6 +204,20 @@ class Function:
         return (self.signature + self.directives + self.open_brace
                 + "".join(line.render() for line in self.body) + self.close_brace)
 
+    def rewrite(self, change) -> int:
+        """Replace every instruction for which ``change(ins)`` returns another opcode or
+        operands (None: keep it); the line's surrounding text stays. Returns the count."""
+        count = 0
+        for i, line in enumerate(self.body):
+            ins = line.stmt
+            if not isinstance(ins, Instruction):
+                continue
+            new = change(ins)
+            if new is not None and (new.opcode, new.operands) != (ins.opcode, ins.operands):
+                self.body[i] = Line(new, line.before, line.after)
+                count += 1
+        return count
+
     def instructions(self) -> list[Instruction]:
         return [ln.stmt for ln in self.body if isinstance(ln.stmt, Instruction)]
 

@@ -11,7 +11,7 @@ in its own allocation, so parameters do not alias).
 from __future__ import annotations
 
 from genomes.memory import PointerInfo, effect, with_cache_operator
-from genomes.ptx import Instruction, Line, Module
+from genomes.ptx import Instruction, Module
 from genomes.transforms.base import Param, Transform
 
 LOAD_POLICIES = ("ca", "cg", "cs", "lu", "cv", "nc")
@@ -49,16 +49,15 @@ def apply(module: Module, policy: str) -> int:
     for fn in module.functions:
         info = PointerInfo(fn)
         written = _written_params(fn, info) if policy == "nc" else frozenset()
-        for i, line in enumerate(fn.body):
-            ins = line.stmt
-            if not isinstance(ins, Instruction) or not _plain_global_load(ins):
-                continue
+
+        def change(ins: Instruction) -> Instruction | None:
+            if not _plain_global_load(ins):
+                return None
             if policy == "nc" and not _readonly_load(ins, info, written):
-                continue
-            new = with_cache_operator(ins, policy, _COPS)
-            if new.opcode != ins.opcode:
-                fn.body[i] = Line(new, line.before, line.after)
-                changed += 1
+                return None
+            return with_cache_operator(ins, policy, _COPS)
+
+        changed += fn.rewrite(change)
     return changed
 
 

@@ -7,25 +7,20 @@ an eviction hint keep their form.
 from __future__ import annotations
 
 from genomes.memory import effect, with_cache_operator
-from genomes.ptx import Instruction, Line, Module
+from genomes.ptx import Instruction, Module
 from genomes.transforms.base import Param, Transform
 
 STORE_POLICIES = ("wb", "cg", "cs", "wt")
 
 
 def apply(module: Module, policy: str) -> int:
-    changed = 0
-    for fn in module.functions:
-        for i, line in enumerate(fn.body):
-            ins = line.stmt
-            if not (isinstance(ins, Instruction) and ins.op == "st" and ins.space == "global"
-                    and effect(ins) == "store" and not any("::" in m for m in ins.mods)):
-                continue
-            new = with_cache_operator(ins, policy, STORE_POLICIES)
-            if new.opcode != ins.opcode:
-                fn.body[i] = Line(new, line.before, line.after)
-                changed += 1
-    return changed
+    def change(ins: Instruction) -> Instruction | None:
+        if (ins.op == "st" and ins.space == "global" and effect(ins) == "store"
+                and not any("::" in m for m in ins.mods)):
+            return with_cache_operator(ins, policy, STORE_POLICIES)
+        return None
+
+    return sum(fn.rewrite(change) for fn in module.functions)
 
 
 TRANSFORM = Transform(
