@@ -102,9 +102,11 @@ class RunDir:
 
     # --- checkpoints -----------------------------------------------------------------
     def write_checkpoint(self, data: dict) -> None:
+        # checkpoint.json exists at every instant: the old one is copied aside (not moved)
+        # before the new one replaces it, so a kill between the two steps loses nothing.
         current = self.path / CHECKPOINT
         if current.exists():
-            os.replace(current, self.path / PREVIOUS)
+            write_atomic(self.path / PREVIOUS, current.read_bytes())
         write_atomic(current, json.dumps(data, sort_keys=True, indent=1))
 
     def has_checkpoint(self) -> bool:

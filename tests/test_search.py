@@ -140,3 +140,24 @@ def test_neighbors_are_one_step_from_the_best():
     assert parse_inline("vec_ld,maxnreg(n=96),cache_cs") in got
     assert parse_inline("vec_ld(width=2),maxnreg(n=96)") in got  # replaced in place
     assert best not in got and len(set(got)) == len(got)
+
+
+def test_a_crash_while_checkpointing_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    from evo import rundir
+    run = rundir.RunDir.create(tmp_path / "run", "[run]\n")
+    run.write_checkpoint({"kernels": {}, "generation": 1})
+    real = rundir.write_atomic
+    calls = []
+
+    def crash_on_the_new_checkpoint(path, text):
+        calls.append(path.name)
+        if path.name == rundir.CHECKPOINT:
+            raise KeyboardInterrupt  # killed after the old one was set aside
+        real(path, text)
+
+    monkeypatch.setattr(rundir, "write_atomic", crash_on_the_new_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        run.write_checkpoint({"kernels": {}, "generation": 2})
+    assert calls == [rundir.PREVIOUS, rundir.CHECKPOINT]
+    assert run.read_checkpoint()["generation"] == 1
+    assert run.read_checkpoint(use_previous=True)["generation"] == 1
