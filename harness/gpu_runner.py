@@ -23,12 +23,13 @@ requests for speed.
 **Placement and state** (measured: gemm_tile_4x6x8, one SM always). The same cubin
 timed 1229..1378 cycles (H200) depending only on where in physical memory its buffers
 lay (their L2 slices), each figure reproduced to a cycle by a fresh process allocating
-the same way. So every worker allocates one arena first thing and lays every kernel's
-buffers out from the same offset in it (``BUFFER_ALIGN``-aligned, each ``CANARY_BYTES``
-longer; one kernel uses it at a time and every launch uploads all its buffers first):
-placement does not depend on what ran before. It can still change with a restart: with
-another process holding GPU memory, successive fresh workers got their arena alternately
-in two physical places (0.24 % apart on an H100), hence ``notes["worker_pid"]``. And all
+the same way. So every kernel's buffers are laid out from the same offset of one arena
+(``BUFFER_ALIGN``-aligned, each ``CANARY_BYTES`` longer; one kernel uses it at a time and
+every launch uploads all its buffers first): placement does not depend on what ran before.
+The arena is lent by ``harness.arena``'s keeper process, so that a worker restarted after
+a crash maps the very same physical memory: with arenas of their own, successive fresh
+workers landed in other places (0.24 % apart on an H100, 2.4 % on an H200).
+``notes["placement"]`` says which arena a figure was measured in. And all
 launches after one upload ran ~1243 or all ~1246 (H100), a state picked at the upload, so
 clock64 timing uploads again every ``CLOCK_BATCH`` launches to average over it.
 """
@@ -45,6 +46,7 @@ from collections import OrderedDict
 import numpy as np
 
 from harness import gate, instrument, record
+from harness.arena import ARENA_BYTES
 from harness.record import Measurement
 from harness.worker import precise_enough, summarize
 
@@ -61,7 +63,6 @@ STICKY_MARKERS = ("IllegalAddress", "ILLEGAL_ADDRESS", "MisalignedAddress", "MIS
 
 CLOCK_BATCH = 8  # clock64 launches per upload of the inputs and readback of the clock words
 EVENTS_CHUNK = 10  # events-mode replays between two looks at the stopping rule
-ARENA_BYTES = 256 << 20  # device memory every kernel's buffers are laid out in (see Runner)
 RESERVED_BYTES = 1 << 20  # the arena's head: SM-clock probe words and clock64 buffers
 BUFFER_ALIGN = 512  # each buffer starts on this boundary (CuPy's pool gives the same)
 GRAPH_TARGET_S = 1e-3  # an events-mode graph replay should take about this long
@@ -119,7 +120,7 @@ def _spec_key(spec) -> tuple:
 class Runner:
     """One CUDA context on one device, with the caches that make a request cheap."""
 
-    def __init__(self, device_id: int):
+    def __init__(self, device_id: int, arena_handle: bytes | None = None):
         import cupy
 
         self.cp = cupy
@@ -131,8 +132,7 @@ class Runner:
         # Graph capture needs a stream other than the legacy default one.
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
-        # First allocation of the process, so that it lands in the same place every time.
-        self._arena = cupy.empty(ARENA_BYTES, dtype=cupy.uint8)
+        self._arena, self.arena_source = self._open_arena(arena_handle)
         self._probe_out = self._arena[:32].view(cupy.uint64)
         self._clock_buf = self._arena[BUFFER_ALIGN:RESERVED_BYTES].view(cupy.uint64)
         self._modules: OrderedDict = OrderedDict()
@@ -142,6 +142,21 @@ class Runner:
         self._probe_fn = None
 
     # -------------------------------------------------------------- plumbing
+
+    def _open_arena(self, handle: bytes | None):
+        """(arena, where it comes from): the keeper's memory when lent (``harness.arena``:
+        the same physical memory after a restart), else an allocation of our own, made
+        first thing so that it lands in the same place as often as possible."""
+        cp, why = self.cp, "no arena keeper"
+        if handle is not None:
+            try:
+                ptr = cp.cuda.runtime.ipcOpenMemHandle(handle)
+                memory = cp.cuda.UnownedMemory(ptr, ARENA_BYTES, self)
+                return (cp.ndarray((ARENA_BYTES,), cp.uint8, cp.cuda.MemoryPointer(memory, 0)),
+                        "the keeper's arena (same memory across worker restarts)")
+            except Exception as err:
+                why = f"the keeper's arena did not open: {type(err).__name__}: {err}"
+        return cp.empty(ARENA_BYTES, dtype=cp.uint8), f"own arena ({why})"
 
     def function(self, cubin: bytes, entry: str):
         """The kernel ``entry`` of ``cubin``, loaded once per distinct cubin (in-memory load)."""
@@ -177,7 +192,7 @@ class Runner:
         """How the spec's buffers are placed, for the notes."""
         first = next(iter(self.buffers(spec).values()))
         if first.data.ptr == self._arena.data.ptr + RESERVED_BYTES:
-            return f"arena+{RESERVED_BYTES:#x}"
+            return f"{self.arena_source} +{RESERVED_BYTES:#x}"
         return f"own allocations (over the {ARENA_BYTES >> 20} MiB arena)"
 
     def seed_data(self, spec, seed: int) -> tuple[dict, dict]:
@@ -275,13 +290,18 @@ class Runner:
         images = self.seed_data(spec, request.timing_seed)[1]
         args = self.args(spec, bufs)
         words = instrument.clock_words(spec)
-        clock = self._clock_buf  # room for CLOCK_BATCH launches of a 1024-thread block
+        clock = self._clock_buf  # room for 1 + CLOCK_BATCH launches of a 1024-thread block
         base = clock.data.ptr
+        after_upload: list[int] = []
 
         def batch(count: int) -> list[int]:
-            # A fresh upload per batch (see "Placement and state"). Each launch writes its
-            # own slice of the clock buffer, so the batch's launches run back to back.
+            # A fresh upload per batch (see "Placement and state"), then one launch more
+            # than asked: the first runs right after the copy, with caches the copy left
+            # (over 10 % of H200 launches ran ~180 cycles long: one in 8 + 1 would be a
+            # first launch); it is kept apart, in the notes, not in the samples. Each launch
+            # writes its own slice of the clock buffer, so a batch's launches run back to back.
             self.upload(spec, bufs, images)
+            count += 1
             clock[:count * words].fill(instrument.CLOCK_POISON)
             for i in range(count):
                 self.launch(fn, spec, args + [base + 8 * words * i])
@@ -295,18 +315,24 @@ class Runner:
                 except ValueError as err:
                     raise _Failed(f"{TIMING_FAILED}: {err}") from None
             # cycles_from_clock for all rows at once: max(end) - min(start) per launch.
-            return (end.max(axis=1) - start.min(axis=1)).astype(np.int64).tolist()
+            cycles = (end.max(axis=1) - start.min(axis=1)).astype(np.int64).tolist()
+            after_upload.append(cycles[0])
+            return cycles[1:]
 
         for done in range(0, request.warmup, CLOCK_BATCH):
             batch(min(CLOCK_BATCH, request.warmup - done))
+        after_upload.clear()
         samples: list[float] = []
         variances = []  # per batch: launch-to-launch noise within one upload's state
         while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem):
             cycles = batch(min(CLOCK_BATCH, request.max_reps - len(samples)))
             samples += cycles
             variances.append(float(np.var(cycles)))
-        return samples, {"launches_per_upload": CLOCK_BATCH, "placement": self.placement(spec),
-                         "caches": f"warm ({request.warmup} warm-up launches first)",
+        return samples, {"launches_per_upload": f"1 untimed + {CLOCK_BATCH}",
+                         "placement": self.placement(spec),
+                         "after_upload_median": float(np.median(after_upload)),
+                         "caches": f"warm ({request.warmup} warm-up launches first, and one "
+                                   "after each upload of the inputs)",
                          "within_batch_std": float(np.sqrt(np.mean(variances)))}
 
     def sm_mhz(self) -> float:
@@ -405,7 +431,7 @@ class Runner:
         return result
 
 
-def serve(conn, device_id: int) -> None:
+def serve(conn, device_id: int, arena_handle: bytes | None = None) -> None:
     """The worker process's main loop: handshake, then one answer per request until None/EOF.
 
     After an invalid answer the context is probed; if it is unusable the process tells the
@@ -413,7 +439,7 @@ def serve(conn, device_id: int) -> None:
     (whose frees would fail on the dead context and print noise).
     """
     try:
-        runner = Runner(device_id)
+        runner = Runner(device_id, arena_handle)
     except Exception as err:
         conn.send(("error", f"{type(err).__name__}: {err}"))
         return

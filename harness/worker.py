@@ -180,11 +180,11 @@ def summarize(samples) -> dict:
             "rel_sem": central_sem(x) / cycles if cycles else float("inf")}
 
 
-def _serve_gpu(conn, device_id: int) -> None:
+def _serve_gpu(conn, device_id: int, arena_handle: bytes | None = None) -> None:
     """The default child entry point; imports CuPy only inside the child."""
     from harness.gpu_runner import serve
 
-    serve(conn, device_id)
+    serve(conn, device_id, arena_handle)
 
 
 class GpuWorker:
@@ -195,7 +195,7 @@ class GpuWorker:
     """
 
     def __init__(self, device_id: int = 0, *, target: Callable | None = None,
-                 start_timeout_s: float = 120.0):
+                 start_timeout_s: float = 120.0, lend_arena: bool | None = None):
         self.device_id = device_id
         self.start_timeout_s = start_timeout_s
         self.restarts = 0  # children started after the first, for reports and tests
@@ -205,6 +205,12 @@ class GpuWorker:
         self._conn = None
         self._device = ""
         self._started = 0
+        # The arena this worker's children measure in, lent once and kept across restarts
+        # (harness.arena), passed as the child's third argument; by default only the real
+        # GPU child takes one.
+        self._lends_arena = target is None if lend_arena is None else lend_arena
+        self._arena: bytes | None = None
+        self._keeper = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -216,7 +222,10 @@ class GpuWorker:
     def _start(self) -> None:
         """Start a child and wait for its handshake; WorkerStartError if it cannot start."""
         parent_end, child_end = self._ctx.Pipe()
-        proc = self._ctx.Process(target=self._target, args=(child_end, self.device_id),
+        args: tuple = (child_end, self.device_id)
+        if self._lends_arena:
+            args += (self._lend_arena(),)
+        proc = self._ctx.Process(target=self._target, args=args,
                                  name=f"evo-gpu{self.device_id}", daemon=True)
         proc.start()
         child_end.close()  # so that the child's death reads as EOF here
@@ -244,6 +253,14 @@ class GpuWorker:
         self.restarts += self._started > 0
         self._started += 1
 
+    def _lend_arena(self) -> bytes | None:
+        if self._keeper is None:
+            from harness import arena
+
+            self._keeper = arena.keeper(self.device_id)
+            self._arena = self._keeper.lend()
+        return self._arena
+
     def _ensure_started(self) -> None:
         if self._proc is not None:
             return
@@ -269,15 +286,18 @@ class GpuWorker:
         return proc.exitcode
 
     def close(self) -> None:
-        """Ask the child to stop, and kill it if it does not within a few seconds."""
-        if self._proc is None:
-            return
-        try:
-            self._conn.send(None)
-            self._proc.join(5)
-        except (OSError, ValueError):
-            pass
-        self._kill()
+        """Ask the child to stop, and kill it if it does not within a few seconds; give
+        the arena back for the next worker on this GPU."""
+        if self._proc is not None:
+            try:
+                self._conn.send(None)
+                self._proc.join(5)
+            except (OSError, ValueError):
+                pass
+            self._kill()
+        if self._keeper is not None:
+            self._keeper.take_back(self._arena)
+            self._keeper, self._arena = None, None
 
     def __enter__(self) -> GpuWorker:
         return self
