@@ -57,6 +57,9 @@ class EvolveConfig:
     max_len: int = _opt(8, lo=1, hi=256, doc="genomes never grow past this")
     local_search: int = _opt(0, lo=0, hi=1000,
                              doc="unseen neighbors of the best tried each generation (0 = off)")
+    init: str = _opt("random", choices=("random", "sweep"),
+                     doc="first generation: baseline + random genomes, or every gene alone "
+                         "and the best per group stacked")
 
 
 @dataclass(frozen=True)

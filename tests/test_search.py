@@ -14,6 +14,7 @@ import pytest
 
 from evo.config import Config
 from evo.search import new_checkpoint, search_kernel
+from genomes.genome import Genome
 from harness.record import Measurement
 
 
@@ -72,11 +73,13 @@ def test_first_population_holds_the_baseline():
     assert len(ckpt["kernels"]["k"]["state"]["population"]) == 6
 
 
-@pytest.mark.parametrize("strategy", ["evolve", "greedy"])
-def test_resume_matches_an_uninterrupted_run(strategy):
-    straight, ckpt_straight, _ = run(cfg(strategy, generations=4))
-    _, partial, _ = run(cfg(strategy, generations=4), stop_after=2)
-    resumed, ckpt_resumed, _ = run(cfg(strategy, generations=4), checkpoint=partial)
+@pytest.mark.parametrize("strategy,init", [("evolve", "random"), ("evolve", "sweep"),
+                                           ("greedy", "random")])
+def test_resume_matches_an_uninterrupted_run(strategy, init):
+    config = cfg(strategy, generations=4).override("evolve", init=init)
+    straight, ckpt_straight, _ = run(config)
+    _, partial, _ = run(config, stop_after=2)
+    resumed, ckpt_resumed, _ = run(config, checkpoint=partial)
     assert ckpt_resumed["kernels"]["k"]["state"] == ckpt_straight["kernels"]["k"]["state"]
     assert resumed.best_genome == straight.best_genome and resumed.evals == straight.evals
 
@@ -161,3 +164,32 @@ def test_a_crash_while_checkpointing_keeps_the_last_checkpoint(tmp_path, monkeyp
     assert calls == [rundir.PREVIOUS, rundir.CHECKPOINT]
     assert run.read_checkpoint()["generation"] == 1
     assert run.read_checkpoint(use_previous=True)["generation"] == 1
+
+
+GAINS = {"vec_ld(width=4)": 300, "vec_ld(width=2)": 150, "vec_st(width=4)": 120,
+         "maxnreg(n=96)": 80, "maxnreg(n=128)": 60, "cache_st(policy=cg)": 20}
+
+
+def additive_measure(genomes):
+    """Cycles 1000 minus each gene's gain (genes not in GAINS cost 7): additive effects."""
+    return [Measurement("k", "fake", True, timer="fake", n=1,
+                        cycles=1000 - sum(GAINS.get(str(g), -7) for g in genome.effective().genes))
+            for genome in genomes]
+
+
+def test_sweep_init_measures_every_gene_then_stacks_the_best_per_group():
+    from genomes.genome import parse_inline
+    from genomes.variation import gene_alphabet
+
+    config = cfg(generations=1, pop=5).override("evolve", init="sweep")
+    checkpoint = new_checkpoint(config)
+    result = search_kernel("k", config, additive_measure, lambda events: None, checkpoint,
+                           lambda: None)
+    known = checkpoint["kernels"]["k"]["known"]
+    # the baseline, every gene alone, and the stacks of 2, 3 and 4 group winners
+    assert result.evals == 1 + len(gene_alphabet()) + 3
+    full = parse_inline("vec_ld(width=4),vec_st(width=4),maxnreg(n=96),cache_st(policy=cg)")
+    assert Genome.from_json(result.best_genome) == full
+    assert known[full.effective().dumps()]["cycles"] == 1000 - 300 - 120 - 80 - 20
+    population = checkpoint["kernels"]["k"]["state"]["population"]
+    assert len(population) == 5 and population[0]["genome"] == full.to_json()
