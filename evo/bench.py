@@ -10,19 +10,23 @@ one shared backend (one GPU worker):
 | greedy         | sequential greedy, up to 6 steps                                  |
 | evolve_matched | evolve with max_evals = what greedy used on that kernel           |
 | evolve_ls      | evolve_matched with a local search of 2 neighbors of the best a gen |
+| evolve_sweep   | evolve_ls starting from a sweep and stacks of its best genes      |
 | evolve45       | evolve at 9 generations x pop 5 (45 trials, the EvoEngineer budget)|
 | oracle         | every combination of one gene per group (only on ``oracle_kernels``)|
+
+``--jobs N`` searches N kernels at once (each kernel's strategies in the order above):
+their CPU work (apply, ptxas) overlaps, their measurements do not (one at a time per GPU).
 
 Results go to ``OUT/results.json`` after every (kernel, strategy), so a bench split over
 several calls (``--resume``, e.g. to fit a 10-minute limit) skips what is done, and to
 ``OUT/bench.md``: per kernel baseline, best and speedup per strategy, evaluations, wall
 time; and per strategy mean / median / best cycle reduction, evolve vs greedy wins / ties
-/ losses, evaluations per second.
+/ losses, evaluations per second (per strategy from its searches' own times, and overall
+from the bench's wall time, ``wall_seconds``, summed over calls).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import statistics
 import tempfile
@@ -36,7 +40,9 @@ from evo.config import Config
 from evo.rundir import write_atomic
 from evo.search import new_checkpoint, search_kernel
 
-STRATEGIES = ("sweep", "greedy", "evolve_matched", "evolve_ls", "evolve45", "oracle")
+STRATEGIES = ("sweep", "greedy", "evolve_matched", "evolve_ls", "evolve_sweep", "evolve45",
+              "oracle")
+MATCHED = ("evolve_matched", "evolve_ls", "evolve_sweep")  # at greedy's evaluation count
 SUITES = {
     "gemm64": "gemm_tile_[2468]x[2468]x[2468]",
     "gemm_large": "gemm_tile_1[0246]x*",
@@ -63,78 +69,140 @@ def suite_kernels(name: str) -> list[str]:
 def strategy_config(base: Config, strategy: str, greedy_evals: int | None) -> Config:
     if strategy == "evolve45":
         return base.override("run", strategy="evolve", generations=9, pop=5, max_evals=0)
-    if strategy in ("evolve_matched", "evolve_ls"):
+    if strategy in MATCHED:
         if greedy_evals is None:
             raise EvoError(f"{strategy} needs greedy's evaluations on the kernel: run greedy too")
         # As many generations as the budget allows; the budget is the binding limit.
         matched = base.override("run", strategy="evolve", generations=1000,
                                 max_evals=max(1, greedy_evals))
+        if strategy == "evolve_sweep":
+            return matched.override("evolve", local_search=2, init="sweep")
         return matched.override("evolve", local_search=2) if strategy == "evolve_ls" else matched
     return base.override("run", strategy=strategy, max_evals=0)  # sweep, greedy, oracle
 
 
 def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path,
               backend_kind: str = "auto", progress=print, backend=None,
-              oracle_kernels: set[str] | None = None, keep_stores: bool = False) -> dict:
+              oracle_kernels: set[str] | None = None, keep_stores: bool = False,
+              jobs: int = 8) -> dict:
     """Run (or continue) the bench; return the results dict also saved in OUT.
+
+    ``jobs`` kernels are searched at once, each by one thread running its strategies in
+    order (evolve_matched needs greedy's count): with pop-5 batches the GPU would idle
+    while ptxas works on the next one. The backend measures one candidate per GPU at a
+    time whoever asks, so only CPU work (apply, ptxas) overlaps and timings are as with
+    ``jobs=1``; every search seeds its own RNG per kernel, so results are the same too.
 
     ``backend`` (an object) replaces the one ``backend_kind`` would build (tests).
     ``keep_stores`` keeps each (kernel, strategy) store in OUT/stores/, so that engine
     changes can later be tried offline against them with the replay backend."""
+    import concurrent.futures
     import contextlib
+    import threading
 
     from harness.backends import make_backend
-    from harness.evaluate import Evaluator
-    from harness.store import Store
     from harness.suite import find_kernel
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {"kernels": {}}
     order = [s for s in STRATEGIES if s in strategies]
-    needs_greedy = [s for s in ("evolve_matched", "evolve_ls") if s in order]
+    needs_greedy = [s for s in MATCHED if s in order]
     if needs_greedy and "greedy" not in order:
         order.insert(order.index(needs_greedy[0]), "greedy")
+    specs = {k: find_kernel(k) for k in kernels}  # an unknown name fails before any search
     owned = backend is None
     backend = backend or make_backend(backend_kind, seed=base.run.seed,
                                       timing=base.to_dict()["timing"])
+    lock, stop = threading.Lock(), threading.Event()
+    wall_before, started = results.get("wall_seconds", 0.0), time.perf_counter()
+
+    def finished(kernel: str, strategy: str, entry: dict) -> None:
+        # One writer at a time: results.json is dumped whole, and never mid-change.
+        with lock:
+            results["kernels"].setdefault(kernel, {})[strategy] = entry
+            results["wall_seconds"] = round(wall_before + time.perf_counter() - started, 2)
+            write_atomic(path, json.dumps(results, indent=1, sort_keys=True))
+            progress(f"{kernel} {strategy}: {entry['baseline']} -> {entry['best']} cycles, "
+                     f"{entry['evals']} evals, {entry['seconds']:.1f} s")
+
+    def run_kernel(kernel: str) -> None:
+        with lock:  # a started kernel has an entry, as it always had
+            done = dict(results["kernels"].setdefault(kernel, {}))  # this thread's own copy
+        for strategy in order:
+            if strategy in done or (strategy == "oracle" and kernel not in
+                                    (oracle_kernels or set())):
+                continue
+            config = strategy_config(base, strategy, done.get("greedy", {}).get("evals"))
+            done[strategy] = _search(kernel, specs[kernel], strategy, config, backend,
+                                     stores, apply_pool, stop)
+            finished(kernel, strategy, done[strategy])
+
     with (backend if owned else contextlib.nullcontext()), \
-            tempfile.TemporaryDirectory(prefix="evo-bench-") as tmp:
+            tempfile.TemporaryDirectory(prefix="evo-bench-") as tmp, _apply_pool() as apply_pool:
         stores = out / "stores" if keep_stores else Path(tmp)
         stores.mkdir(exist_ok=True)
         results["device"] = backend.device
         results["backend"] = backend.describe()
-        for kernel in kernels:
-            spec = find_kernel(kernel)
-            done = results["kernels"].setdefault(kernel, {})
-            for strategy in order:
-                if strategy in done or (strategy == "oracle" and kernel not in
-                                        (oracle_kernels or set())):
-                    continue
-                greedy = done.get("greedy", {}).get("evals")
-                config = strategy_config(base, strategy, greedy)
-                with Store(stores / f"{kernel}-{strategy}.sqlite") as store:
-                    evaluator = Evaluator(backend, store)
-                    start = time.perf_counter()
-                    try:
-                        res = search_kernel(kernel, config,
-                                            functools.partial(evaluator.evaluate, spec),
-                                            lambda events: None, new_checkpoint(config),
-                                            lambda: None)
-                    finally:
-                        evaluator.close()
-                    seconds = time.perf_counter() - start
-                done[strategy] = {
-                    "baseline": _cycles(res.baseline), "best": _cycles(res.best),
-                    "evals": res.evals, "seconds": round(seconds, 2),
-                    "genome": str(Genome.from_json(res.best_genome)),
-                    "timer": (res.best or {}).get("timer", ""),
-                }
-                write_atomic(path, json.dumps(results, indent=1, sort_keys=True))
-                progress(f"{kernel} {strategy}: {done[strategy]['baseline']} -> "
-                         f"{done[strategy]['best']} cycles, {res.evals} evals, {seconds:.1f} s")
-    write_atomic(out / "bench.md", render(results, order))
+        pool = concurrent.futures.ThreadPoolExecutor(max(1, jobs), thread_name_prefix="bench")
+        try:
+            for future in concurrent.futures.as_completed(
+                    [pool.submit(run_kernel, k) for k in kernels]):
+                future.result()  # the first failure (or Ctrl-C) stops the rest
+        except BaseException:
+            stop.set()  # running searches stop at their next batch; what finished is saved
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    write_atomic(out / "bench.md", render(results, order, kernels))
     return results
+
+
+def _apply_pool():
+    """One process pool applying genomes for all the searches, where an Evaluator would
+    start its own (>= 8 cores): one each would be jobs x cores processes, and a spawn
+    start (~1 s of imports) per search. Else nothing: Evaluators apply in their thread."""
+    import concurrent.futures
+    import contextlib
+    import multiprocessing
+    import os
+
+    cores = os.cpu_count() or 1
+    if cores < 8:
+        return contextlib.nullcontext()
+    return concurrent.futures.ProcessPoolExecutor(
+        cores, mp_context=multiprocessing.get_context("spawn"))
+
+
+class _Stopped(Exception):
+    """Raised inside a search when another one failed or the user pressed Ctrl-C."""
+
+
+def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: Path,
+            apply_pool, stop) -> dict:
+    """One (kernel, strategy) search with its own empty store and Evaluator: its entry."""
+    from harness.evaluate import Evaluator
+    from harness.store import Store
+
+    with Store(stores / f"{kernel}-{strategy}.sqlite") as store:
+        evaluator = Evaluator(backend, store, apply_pool=apply_pool)
+
+        def measure(genomes):
+            if stop.is_set():
+                raise _Stopped(kernel)
+            return evaluator.evaluate(spec, genomes)
+
+        start = time.perf_counter()
+        try:
+            res = search_kernel(kernel, config, measure, lambda events: None,
+                                new_checkpoint(config), lambda: None)
+        finally:
+            evaluator.close()
+        seconds = time.perf_counter() - start
+    return {"baseline": _cycles(res.baseline), "best": _cycles(res.best),
+            "evals": res.evals, "seconds": round(seconds, 2),
+            "genome": str(Genome.from_json(res.best_genome)),
+            "timer": (res.best or {}).get("timer", "")}
 
 
 def _cycles(summary: dict | None) -> float | None:
@@ -160,6 +228,11 @@ def summary_lines(results: dict, order: list[str]) -> list[str]:
                          f"{statistics.median(reds):.1f} %, best {max(reds):.1f} % over "
                          f"{len(reds)} kernels; {evals} evaluations, "
                          f"{evals / secs if secs else 0:.1f} evaluations/s")
+    wall = results.get("wall_seconds")
+    if wall:  # against real elapsed time: with --jobs the searches' own times overlap
+        evals = sum(e["evals"] for k in kernels.values() for e in k.values())
+        lines.append(f"- bench wall time {wall:.0f} s over all strategies, "
+                     f"{evals / wall:.1f} evaluations/s overall")
     with_oracle = [k for k in kernels.values() if "oracle" in k and reduction(k["oracle"])]
     for s in order:
         shares = [reduction(k[s]) / reduction(k["oracle"]) for k in with_oracle
@@ -167,7 +240,7 @@ def summary_lines(results: dict, order: list[str]) -> list[str]:
         if shares:
             lines.append(f"- {s} reaches {100 * statistics.mean(shares):.0f} % of the oracle's "
                          f"cycle reduction (mean over {len(shares)} kernels)")
-    for s in ("evolve_matched", "evolve_ls", "evolve45"):
+    for s in (*MATCHED, "evolve45"):
         if s not in order or "greedy" not in order:
             continue
         win = tie = lose = 0
@@ -182,11 +255,19 @@ def summary_lines(results: dict, order: list[str]) -> list[str]:
     return lines
 
 
-def render(results: dict, order: list[str]) -> str:
+def render(results: dict, order: list[str], kernels: list[str] | None = None) -> str:
+    """bench.md. Rows in suite order, then ``kernels`` order: never the order searches
+    finished in (with --jobs) nor results.json's (sorted by name)."""
+    from harness.suite import suite_names
+
     static = "static" in results.get("backend", "")
     head = ["kernel", "baseline"] + [f"{s} best (x, evals)" for s in order]
     rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for name, k in results["kernels"].items():
+    rank: dict[str, int] = {}
+    for n in [*suite_names(), *(kernels or [])]:
+        rank.setdefault(n, len(rank))
+    for name in sorted(results["kernels"], key=lambda n: (rank.get(n, len(rank)), n)):
+        k = results["kernels"][name]
         base = next((k[s]["baseline"] for s in order if s in k and k[s]["baseline"]), None)
         cells = [name, f"{base:.0f}" if base else "-"]
         for s in order:

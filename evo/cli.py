@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "kernels), or comma-separated kernel names")
     p.add_argument("--strategies", default="sweep,greedy,evolve_matched,evolve45",
                    help="comma-separated: sweep, greedy, evolve_matched (greedy's budget), "
-                        "evolve_ls (the same with a local search on the best), evolve45 "
+                        "evolve_ls (the same with a local search on the best), evolve_sweep "
+                        "(evolve_ls starting from a sweep of single genes), evolve45 "
                         "(9 generations x pop 5), oracle (exhaustive, only on the "
                         "--oracle-kernels)")
     p.add_argument("--oracle-kernels", default=",".join(("gemm_tile_4x4x4", "gemm_tile_4x6x8",
@@ -134,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep every strategy's measurement store in OUT/stores/ (for replay)")
     p.add_argument("--limit", type=int, default=0,
                    help="stop after this many kernels this call (0 = all); run again to go on")
+    p.add_argument("--jobs", type=int, default=8, metavar="N",
+                   help="kernels searched at once; measurements still one at a time per GPU "
+                        "(default 8)")
     p.add_argument("--out", type=Path, required=True, help="bench folder (results.json is "
                    "read back, so a second call continues where the first stopped)")
     p.set_defaults(func=cmd_bench)
@@ -336,6 +340,8 @@ def cmd_bench(args) -> int:
     if unknown:
         raise EvoError(f"unknown bench strategy {unknown[0]!r}; one of "
                        f"{', '.join(bench.STRATEGIES)}")
+    if args.jobs < 1:
+        raise EvoError(f"--jobs must be at least 1, got {args.jobs}")
     kernels = bench.suite_kernels(args.suite)
     if not kernels:
         raise EvoError(f"bench suite {args.suite!r} names no kernel")
@@ -352,7 +358,8 @@ def cmd_bench(args) -> int:
     oracle = {k.strip() for k in args.oracle_kernels.split(",") if k.strip()}
     results = bench.run_bench(todo, strategies, base, args.out, args.backend,
                               progress=lambda line: print(line, file=sys.stderr),
-                              oracle_kernels=oracle, keep_stores=args.keep_stores)
+                              oracle_kernels=oracle, keep_stores=args.keep_stores,
+                              jobs=args.jobs)
     print((args.out / "bench.md").read_text())
     left = [k for k in kernels if k not in results["kernels"]]
     if left:

@@ -6,9 +6,9 @@
 Random genomes (seeded, ``genomes.variation.random_genome``) over the 64 gemm_tile kernels
 m, n, k in {2, 4, 6, 8}, one batch per kernel in turn, through the full ``Evaluator``
 (materialize, PTX dedup, ptxas pool, code dedup, check + time) with a fresh temporary
-store, until the time is up. The CPU stage of the next batch overlaps the GPU stage of
-the current one (``Evaluator.prepare`` / ``finish``). The batch in flight when time runs
-out is finished and counted (the rate divides by the real elapsed time).
+store, until the time is up. The CPU stage of the next ``--ahead`` batches overlaps the
+GPU stage of the current one (``Evaluator.prepare`` / ``finish``). Batches in flight when
+time runs out are finished and counted (the rate divides by the real elapsed time).
 
 Reports unique candidates per second (distinct PTX that had to be compiled), unique code
 measured per second, the store's dedup hit rates, valid/invalid counts by reason, the
@@ -40,7 +40,7 @@ STATIC_TAG = "static estimate, not measured"
 
 def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, seed: int = 0,
               gpus: list[int] | None = None, kernels: list[str] | None = None,
-              max_len: int = 4) -> dict:
+              max_len: int = 4, ahead: int = 2) -> dict:
     """Run the benchmark for about ``seconds``; return the JSON-safe summary."""
     rng = random.Random(seed)
     names = kernels or gemm_tiles()
@@ -52,21 +52,24 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
         evaluator = Evaluator(backend, store)
         drawn = 0
 
-        def prepare_next():
+        def submit_next(pool):
+            # Genomes are drawn here, in the calling thread, so the sequence does not
+            # depend on how the preparing threads interleave.
             nonlocal drawn
             spec = find_kernel(names[drawn % len(names)])
             drawn += 1
-            return evaluator.prepare(spec, [random_genome(rng, 1, max_len) for _ in range(batch)])
+            genomes = [random_genome(rng, 1, max_len) for _ in range(batch)]
+            return pool.submit(evaluator.prepare, spec, genomes)
 
-        # Two stages overlap: the CPUs apply and compile batch N+1 while the GPU measures
-        # batch N. The batch prepared when time runs out is measured and counted too.
+        # The stages overlap: the CPUs apply and compile the next ``ahead`` batches while
+        # the GPU measures this one. Batches prepared when time runs out are measured too.
         start = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(1) as ahead:
-            pending = ahead.submit(prepare_next)
-            while pending is not None:
-                ready = pending.result()
-                more = time.perf_counter() - start < seconds
-                pending = ahead.submit(prepare_next) if more else None
+        with concurrent.futures.ThreadPoolExecutor(ahead) as pool:
+            pending = collections.deque(submit_next(pool) for _ in range(ahead))
+            while pending:
+                ready = pending.popleft().result()
+                if time.perf_counter() - start < seconds:
+                    pending.append(submit_next(pool))
                 for m in evaluator.finish(ready):
                     reasons["ok" if m.valid else m.reason.split(":", 1)[0]] += 1
                 batches += 1
@@ -76,7 +79,7 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
         summary = {
             "backend": backend.name, "device": backend.device, "chosen_because": backend.chosen_because,
             "static": backend.name == "static", "seconds": round(elapsed, 3), "batches": batches,
-            "batch_size": batch, "seed": seed, "kernels": len(names),
+            "batch_size": batch, "seed": seed, "kernels": len(names), "ahead": ahead,
             "compile_pool": evaluator.workers,
             "unique_candidates_per_s": round(stats["compiled"] / elapsed, 3) if elapsed else 0.0,
             "measured_per_s": round(stats["measured"] / elapsed, 3) if elapsed else 0.0,
@@ -94,7 +97,7 @@ def format_summary(s: dict) -> str:
     lines = [
         f"backend {s['backend']} on {s['device']}" + (f" ({s['chosen_because']})" if s["chosen_because"] else ""),
         f"{s['seconds']:.1f} s, {s['batches']} batches of {s['batch_size']} genomes over {s['kernels']} kernels, "
-        f"compile pool {s['compile_pool']}",
+        f"compile pool {s['compile_pool']}, {s['ahead']} batches prepared ahead",
         f"unique candidates/s: {s['unique_candidates_per_s']:.2f}  (measured/s {s['measured_per_s']:.2f}, "
         f"genomes/s {s['genomes_per_s']:.2f})",
         f"genomes {p['genomes']}, unique PTX {p['unique_ptx']} (store hits {p['ptx_hits']}, "
@@ -119,13 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", default="0", help="comma-separated CUDA device ids (gpu backend)")
     parser.add_argument("--batch", type=int, default=16, help="genomes per kernel batch")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ahead", type=int, default=2,
+                        help="batches prepared (applied, compiled) while one is measured")
     parser.add_argument("--kernels", help="comma-separated kernel names (default: the 64 gemm_tiles)")
     parser.add_argument("--out", type=Path, help="write the JSON summary here")
     args = parser.parse_args(argv)
     try:
         gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
         kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
-        summary = run_bench(args.seconds, args.backend, args.batch, args.seed, gpus, kernels)
+        summary = run_bench(args.seconds, args.backend, args.batch, args.seed, gpus, kernels,
+                            ahead=max(1, args.ahead))
     except (EvoError, ValueError) as err:
         print(f"bench_throughput: error: {err}", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -60,6 +61,10 @@ class EvalStats:
     compile_seconds: float = 0.0
     measure_seconds: float = 0.0
 
+    def add(self, other: "EvalStats") -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
         out["ptx_hit_rate"] = self.ptx_hits / self.unique_ptx if self.unique_ptx else 0.0
@@ -93,7 +98,8 @@ class Evaluator:
     """
 
     def __init__(self, backend: Backend, store: Store | None = None, workers: int | None = None,
-                 arch: str = "sm_90", apply_workers: int | None = None):
+                 arch: str = "sm_90", apply_workers: int | None = None,
+                 apply_pool: concurrent.futures.Executor | None = None):
         self.backend = backend
         self.store = store if store is not None else Store(":memory:")
         self.workers = workers or os.cpu_count() or 1
@@ -101,9 +107,17 @@ class Evaluator:
         # cores to spare, batches go to a process pool. Results are identical either way.
         self.apply_workers = apply_workers if apply_workers is not None else (
             self.workers if self.workers >= 8 else 0)
-        self._apply_pool = None
+        # ``apply_pool``: such a pool shared by several evaluators (``evo bench`` searches
+        # kernels at once; a pool each would be one process per core per evaluator). It
+        # is used instead of starting one, and left for its owner to shut down.
+        self._apply_pool = apply_pool
+        self._owns_apply_pool = apply_pool is None
         self.arch = arch
         self.stats = EvalStats()
+        # prepare() may run in several threads at once (harness.bench_throughput): each
+        # batch counts into its own EvalStats, added to self.stats under this lock.
+        self._lock = threading.Lock()
+        self._setup_lock = threading.Lock()  # one baseline measurement, one apply pool
         self._modules: dict[str, ptx_model.Module] = {}  # parsed baseline PTX per kernel
         self._baselines: dict[str, tuple[str, str, Measurement]] = {}  # kernel -> ptx/code hash, m
 
@@ -119,40 +133,45 @@ class Evaluator:
         start = time.perf_counter()
         variants = [_variant(g, a, clock) for g, (a, clock)
                     in zip(genomes, self._apply_all(spec, genomes))]
-        self.stats.apply_seconds += time.perf_counter() - start
-        self.stats.genomes += len(genomes)
-        return self._prepare(spec, variants, base, self.stats)
+        counts = EvalStats(genomes=len(genomes), apply_seconds=time.perf_counter() - start)
+        batch = self._prepare(spec, variants, base, counts)
+        with self._lock:
+            self.stats.add(counts)
+        batch.stats = self.stats
+        return batch
 
     def finish(self, batch: Batch) -> list[Measurement]:
         """Stages 5-6: the backend measures each unique new code once; store; answer."""
         return self._finish(batch)
 
     def close(self) -> None:
-        if self._apply_pool is not None:
+        if self._apply_pool is not None and self._owns_apply_pool:
             self._apply_pool.shutdown(cancel_futures=True)
-            self._apply_pool = None
+        self._apply_pool, self._owns_apply_pool = None, True
 
     def baseline(self, spec) -> Measurement:
         """The kernel's unmodified PTX, through the same pipeline (memoized per kernel)."""
-        if spec.name not in self._baselines:
-            text = spec.ptx_text()
-            v = Variant(Genome(), text, ptx_hash(text), is_baseline=True)
-            m = self._finish(self._prepare(spec, [v], None, EvalStats()))[0]
-            self._baselines[spec.name] = (v.ptx_hash, v.code_hash, m)
-        return self._baselines[spec.name][2]
+        with self._setup_lock:
+            if spec.name not in self._baselines:
+                text = spec.ptx_text()
+                v = Variant(Genome(), text, ptx_hash(text), is_baseline=True)
+                m = self._finish(self._prepare(spec, [v], None, EvalStats()))[0]
+                self._baselines[spec.name] = (v.ptx_hash, v.code_hash, m)
+            return self._baselines[spec.name][2]
 
     # ------------------------------------------------------------------ pipeline
     def _apply_all(self, spec, genomes: list[Genome]) -> list[tuple[Applied, str | None]]:
         """Each genome applied, with its clock64-instrumented PTX when made in the pool
         (instrumenting is pure Python too: in the pool it costs the GPU stage nothing)."""
-        if self.apply_workers < 2 or len(genomes) < 4:
+        if (self._apply_pool is None and self.apply_workers < 2) or len(genomes) < 4:
             module = self._module(spec)
             return [(apply_genome(module, g), None) for g in genomes]
-        if self._apply_pool is None:
-            import multiprocessing
+        with self._setup_lock:
+            if self._apply_pool is None:
+                import multiprocessing
 
-            self._apply_pool = concurrent.futures.ProcessPoolExecutor(
-                self.apply_workers, mp_context=multiprocessing.get_context("spawn"))
+                self._apply_pool = concurrent.futures.ProcessPoolExecutor(
+                    self.apply_workers, mp_context=multiprocessing.get_context("spawn"))
         path = str(spec.ptx_path)
         entry = spec.entry if self.backend.wants_clock_ptx and spec.timing == "clock64" else None
         return list(self._apply_pool.map(_apply_from_file, [path] * len(genomes),
@@ -175,13 +194,19 @@ class Evaluator:
                 b.cached.add(h)
         stats.ptx_hits += len(b.cached)
 
-        # (3) compile every PTX the store did not know, in parallel.
+        # (3) compile every PTX the store did not know, in parallel, together with its
+        # clock64-instrumented twin where the apply pool made one: one wave of ptxas per
+        # batch instead of two (the twin of a code the store then knows is wasted, ~8 %).
         todo = [v for h, v in b.by_ptx.items() if h not in b.result]
+        twins = [v for v in todo if v.clock_ptx is not None]
         start = time.perf_counter()
-        compiled = compile_many([v.ptx for v in todo], self.arch, workers=self.workers)
+        compiled = compile_many([v.ptx for v in todo] + [v.clock_ptx for v in twins],
+                                self.arch, workers=self.workers)
         stats.compile_seconds += time.perf_counter() - start
         stats.compiled += len(todo)
         b.version = ptxas_version() if todo else ""
+        for v, c in zip(twins, compiled[len(todo):]):
+            v.clock_cubin = c.cubin if c.ok else f"instrumented variant does not assemble: {c.error}"
         for v, c in zip(todo, compiled):
             v.compiled = c
             if c.ok:
@@ -223,8 +248,9 @@ class Evaluator:
         start = time.perf_counter()
         measured = (self.backend.measure_many(b.spec, b.to_measure, baseline=b.base)
                     if b.to_measure else [])
-        stats.measure_seconds += time.perf_counter() - start
-        stats.measured += len(b.to_measure)
+        with self._lock:
+            stats.measure_seconds += time.perf_counter() - start
+            stats.measured += len(b.to_measure)
         for rep, m in zip(b.to_measure, measured):
             m = _with_code(m, rep)
             keep = writes and not m.notes.get("transient") and not m.reason.startswith(record.NOT_MEASURED)

@@ -35,22 +35,25 @@ def test_bench_runs_strategies_with_matched_budget_and_resumes(tmp_path):
     kernels = ["gemm_tile_2x2x2", "gemm_tile_2x4x2"]
     lines = []
     base = Config().override("run", seed=3)
-    first = bench.run_bench(kernels[:1], ["greedy", "evolve_matched", "evolve_ls", "evolve45"], base,
+    strategies = ["greedy", "evolve_matched", "evolve_ls", "evolve_sweep", "evolve45"]
+    first = bench.run_bench(kernels[:1], strategies, base,
                             tmp_path, backend=CodeSizeBackend(), progress=lines.append,
                             keep_stores=True)
     assert (tmp_path / "stores" / "gemm_tile_2x2x2-greedy.sqlite").is_file()
     k = first["kernels"]["gemm_tile_2x2x2"]
     assert k["evolve_matched"]["evals"] <= k["greedy"]["evals"]
     assert k["evolve_ls"]["evals"] <= k["greedy"]["evals"]
+    assert k["evolve_sweep"]["evals"] <= k["greedy"]["evals"]
     assert k["evolve45"]["evals"] <= 45
-    assert len(lines) == 4
+    assert len(lines) == 5
     # A second call continues: the finished kernel is not run again.
-    second = bench.run_bench(kernels, ["greedy", "evolve_matched", "evolve_ls", "evolve45"],
+    second = bench.run_bench(kernels, strategies,
                              base, tmp_path, backend=CodeSizeBackend(), progress=lines.append)
-    assert len(lines) == 8 and set(second["kernels"]) == set(kernels)
+    assert len(lines) == 10 and set(second["kernels"]) == set(kernels)
     assert json.loads((tmp_path / "results.json").read_text()) == second
     md = (tmp_path / "bench.md").read_text()
     assert "evolve_matched vs greedy:" in md and "cycle reduction mean" in md
+    assert "evolve_sweep vs greedy:" in md
     for name in kernels:
         assert name in md
 
@@ -96,3 +99,97 @@ def test_oracle_runs_only_on_its_kernels(tmp_path, monkeypatch):
     assert "oracle" not in res["kernels"]["gemm_tile_2x2x4"]
     assert res["kernels"]["gemm_tile_2x2x2"]["oracle"]["evals"] == 12
     assert not (tmp_path / "stores").exists()  # kept only when asked for
+
+
+@needs_ptxas
+def test_jobs_do_not_change_results(tmp_path, monkeypatch):
+    """Kernels searched at once evaluate the same genomes as one after another: each search
+    seeds its own RNG per kernel and has its own store; only the order of finishing differs."""
+    from evo.strategies import greedy
+    from genomes import variation
+    from harness.backends.static import StaticBackend
+
+    # Two genes: a greedy of 5 evaluations, so evolve_matched's budget is 5 too (the static
+    # backend runs cuobjdump, ~0.5 s, per new code). The concurrent run goes first, so it
+    # is the one that fills the shared backend's SASS cache, from 3 threads at once.
+    small = [g for g in variation.gene_alphabet() if str(g) in ("vec_ld(width=4)", "vec_st(width=4)")]
+    monkeypatch.setattr(greedy, "gene_alphabet", lambda: small)
+    kernels = ["gemm_tile_2x2x2", "gemm_tile_2x2x4", "gemm_tile_2x4x2"]
+    base = Config().override("run", seed=5)
+    backend = StaticBackend()  # shared, as in a bench; spares the 2nd run cuobjdump
+    runs, tables = [], []
+    for jobs in (3, 1):
+        out, lines = tmp_path / f"jobs{jobs}", []
+        res = bench.run_bench(kernels, ["greedy", "evolve_matched"], base, out, backend=backend,
+                              progress=lines.append, jobs=jobs)
+        assert len(lines) == 6 and res["wall_seconds"] > 0
+        assert json.loads((out / "results.json").read_text()) == res
+        runs.append({k: {s: {f: e[f] for f in ("baseline", "best", "evals", "genome")}
+                         for s, e in v.items()} for k, v in res["kernels"].items()})
+        md = (out / "bench.md").read_text()
+        assert "evaluations/s overall" in md
+        tables.append([row for row in md.splitlines() if row.startswith("|")])
+    assert runs[0] == runs[1] and set(runs[0]) == set(kernels)
+    assert tables[0] == tables[1]
+    assert [row.split(" | ")[0] for row in tables[0][2:]] == [f"| {k}" for k in kernels]
+
+
+@needs_ptxas
+def test_a_failing_search_stops_the_bench_and_the_next_call_resumes(tmp_path, monkeypatch):
+    import pytest
+
+    from evo.strategies import greedy
+    from genomes import variation
+    from genomes.errors import EvoError
+
+    small = [g for g in variation.gene_alphabet() if str(g) in ("vec_ld(width=4)", "vec_st(width=4)")]
+    monkeypatch.setattr(greedy, "gene_alphabet", lambda: small)
+
+    class Broken(CodeSizeBackend):
+        def measure_many(self, spec, variants, baseline=None):
+            if spec.name == "gemm_tile_2x2x4":
+                raise EvoError("the GPU fell off the bus")
+            return super().measure_many(spec, variants, baseline)
+
+    kernels = ["gemm_tile_2x2x4", "gemm_tile_2x2x2", "gemm_tile_2x4x2"]
+    with pytest.raises(EvoError, match="fell off"):
+        bench.run_bench(kernels, ["greedy"], Config(), tmp_path, backend=Broken(),
+                        progress=lambda s: None, jobs=2)
+    path = tmp_path / "results.json"
+    saved = json.loads(path.read_text())["kernels"] if path.exists() else {}
+    assert not saved.get("gemm_tile_2x2x4")  # only what finished is saved
+    lines = []
+    res = bench.run_bench(kernels, ["greedy"], Config(), tmp_path, backend=CodeSizeBackend(),
+                          progress=lines.append, jobs=2)
+    assert all("greedy" in res["kernels"][k] for k in kernels)
+    assert len(lines) == 3 - sum(len(k) for k in saved.values())
+
+
+@needs_ptxas
+def test_evaluators_share_one_apply_pool():
+    """The bench hands one apply pool to all its Evaluators: they use it, and leave it open."""
+    import concurrent.futures
+    import random
+
+    from genomes.variation import random_genome
+    from harness.evaluate import Evaluator
+    from harness.suite import find_kernel
+
+    spec = find_kernel("gemm_tile_2x2x2")
+    genomes = [random_genome(random.Random(i), 1, 3) for i in range(4)]
+    alone = Evaluator(CodeSizeBackend(), apply_workers=0).evaluate(spec, genomes)
+
+    class Counting(concurrent.futures.ThreadPoolExecutor):
+        calls = 0
+
+        def submit(self, fn, /, *args, **kwargs):
+            self.calls += 1
+            return super().submit(fn, *args, **kwargs)
+
+    with Counting(2) as pool:
+        for _ in range(2):
+            evaluator = Evaluator(CodeSizeBackend(), apply_workers=0, apply_pool=pool)
+            shared = evaluator.evaluate(spec, genomes)
+            evaluator.close()
+            assert [m.cycles for m in shared] == [m.cycles for m in alone]
+        assert pool.calls == 8  # every genome went through the pool, which is still open

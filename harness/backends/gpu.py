@@ -112,9 +112,11 @@ class GpuBackend(Backend):
         return out
 
     def prepare(self, spec, variants: list[Variant]) -> None:
-        """Instrument and assemble the clock64 cubins ahead of measuring (CPU work)."""
-        if spec.timing == "clock64":
-            for v, clock in zip(variants, self._clock_cubins(spec, variants)):
+        """Instrument and assemble the clock64 cubins ahead of measuring (CPU work), for
+        the variants that do not have theirs yet."""
+        todo = [v for v in variants if v.clock_cubin is None]
+        if spec.timing == "clock64" and todo:
+            for v, clock in zip(todo, self._clock_cubins(spec, todo)):
                 v.clock_cubin = clock
 
     # ------------------------------------------------------------------ measuring
