@@ -196,3 +196,37 @@ def test_parallel_apply_gives_the_same_variants_as_serial():
     from harness.instrument import instrument
 
     assert [c for _, c in pooled] == [instrument(a.ptx, spec.entry) for a, _ in serial]
+
+
+class ClockBackend(CountingBackend):
+    """A stand-in for the gpu backend: wants clock64 twins, records what it was handed."""
+
+    wants_clock_ptx = True
+
+    def __init__(self):
+        super().__init__()
+        self.prepared: list[int] = []
+        self.clock_cubins: list = []
+
+    def prepare(self, spec, variants):
+        self.prepared.append(sum(v.clock_cubin is None for v in variants))
+
+    def measure_many(self, spec, variants, baseline=None):
+        self.clock_cubins += [v.clock_cubin for v in variants if not v.is_baseline]
+        return super().measure_many(spec, variants, baseline)
+
+
+def test_clock64_twins_assemble_in_the_same_ptxas_wave(tmp_path):
+    """With the apply pool, each variant comes with its instrumented twin, assembled with it:
+    the backend gets them ready (no second ptxas wave), and stats count variants only."""
+    spec, backend = find_kernel(KERNEL), ClockBackend()
+    assert spec.timing == "clock64"
+    ev = Evaluator(backend, Store(tmp_path / "s.sqlite"), apply_workers=2)
+    try:
+        ev.evaluate(spec, _genomes("vec_ld", "vec_st", "vec_ld,vec_st", "cache_ld(policy=cg)"))
+    finally:
+        ev.close()
+    assert backend.prepared[-1] == 0  # every variant to measure already had its twin
+    assert len(backend.clock_cubins) == 4
+    assert all(isinstance(c, bytes) and c[:4] == b"\x7fELF" for c in backend.clock_cubins)
+    assert ev.stats.compiled == 4
