@@ -95,7 +95,9 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
 
     ``backend`` (an object) replaces the one ``backend_kind`` would build (tests).
     ``keep_stores`` keeps each (kernel, strategy) store in OUT/stores/, so that engine
-    changes can later be tried offline against them with the replay backend."""
+    changes can later be tried offline against them (``evo store merge``, then ``evo bench
+    --backend replay --store MERGED``): a replayed bench counts, per search, the genomes the
+    store could not answer (``misses``), and bench.md says it was replayed."""
     import concurrent.futures
     import contextlib
     import threading
@@ -181,16 +183,22 @@ class _Stopped(Exception):
 def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: Path,
             apply_pool, stop) -> dict:
     """One (kernel, strategy) search with its own empty store and Evaluator: its entry."""
+    from harness import record
     from harness.evaluate import Evaluator
     from harness.store import Store
 
     with Store(stores / f"{kernel}-{strategy}.sqlite") as store:
         evaluator = Evaluator(backend, store, apply_pool=apply_pool)
 
+        misses = 0  # replay: genomes the store could not answer (they count as invalid)
+
         def measure(genomes):
+            nonlocal misses
             if stop.is_set():
                 raise _Stopped(kernel)
-            return evaluator.evaluate(spec, genomes)
+            answers = evaluator.evaluate(spec, genomes)
+            misses += sum(m.reason == record.NOT_MEASURED for m in answers)
+            return answers
 
         start = time.perf_counter()
         try:
@@ -199,10 +207,13 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
         finally:
             evaluator.close()
         seconds = time.perf_counter() - start
-    return {"baseline": _cycles(res.baseline), "best": _cycles(res.best),
-            "evals": res.evals, "seconds": round(seconds, 2),
-            "genome": str(Genome.from_json(res.best_genome)),
-            "timer": (res.best or {}).get("timer", "")}
+    entry = {"baseline": _cycles(res.baseline), "best": _cycles(res.best),
+             "evals": res.evals, "seconds": round(seconds, 2),
+             "genome": str(Genome.from_json(res.best_genome)),
+             "timer": (res.best or {}).get("timer", "")}
+    if backend.name == "replay":
+        entry["misses"] = misses
+    return entry
 
 
 def _cycles(summary: dict | None) -> float | None:
@@ -281,4 +292,9 @@ def render(results: dict, order: list[str], kernels: list[str] | None = None) ->
     title = f"Measured with {results.get('backend', '?')}."
     if static:
         title += " **Static estimates, not measured.**"
+    if results.get("backend", "").startswith("replay"):
+        misses = sum(e.get("misses", 0) for k in results["kernels"].values() for e in k.values())
+        title = (f"**Replayed** with {results['backend']}: answers from a measurement store, "
+                 f"nothing measured now; {misses} genomes the store did not hold counted as "
+                 "invalid.")
     return "\n".join([title, "", *rows, "", *summary_lines(results, order), ""])

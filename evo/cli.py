@@ -7,6 +7,7 @@ Each subcommand is a small function ``cmd_<name>(args) -> int``; ``main`` maps b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -129,7 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--oracle-kernels", default=",".join(("gemm_tile_4x4x4", "gemm_tile_4x6x8",
                                                           "gemm_tile_6x6x6", "gemm_tile_8x8x8")),
                    help="the kernels the oracle runs on (comma-separated)")
-    p.add_argument("--backend", default="auto", choices=("auto", "gpu", "static"))
+    p.add_argument("--backend", default="auto", choices=("auto", "gpu", "replay", "static"),
+                   help="gpu: measure; replay: answer from --store only (engine changes "
+                        "tried offline on kept, merged stores); static: no GPU, estimates")
+    p.add_argument("--store", type=Path, metavar="PATH",
+                   help="replay: the measurement store to answer from (see evo store merge)")
+    p.add_argument("--device", metavar="NAME",
+                   help="replay: the device whose measurements to use (default: the only one)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--keep-stores", action="store_true",
                    help="keep every strategy's measurement store in OUT/stores/ (for replay)")
@@ -356,10 +363,20 @@ def cmd_bench(args) -> int:
         todo = todo[:args.limit]
     base = config_mod.Config().override("run", seed=args.seed)
     oracle = {k.strip() for k in args.oracle_kernels.split(",") if k.strip()}
-    results = bench.run_bench(todo, strategies, base, args.out, args.backend,
-                              progress=lambda line: print(line, file=sys.stderr),
-                              oracle_kernels=oracle, keep_stores=args.keep_stores,
-                              jobs=args.jobs)
+    with contextlib.ExitStack() as stack:
+        backend = None
+        if args.backend == "replay":
+            from harness.backends.replay import ReplayBackend
+            from harness.store import Store
+
+            if args.store is None or not args.store.is_file():
+                raise EvoError(f"evo bench --backend replay needs --store PATH, an existing "
+                               f"measurement store (got {args.store})")
+            backend = ReplayBackend(stack.enter_context(Store(args.store)), args.device)
+        results = bench.run_bench(todo, strategies, base, args.out, args.backend,
+                                  progress=lambda line: print(line, file=sys.stderr),
+                                  oracle_kernels=oracle, keep_stores=args.keep_stores,
+                                  jobs=args.jobs, backend=backend)
     print((args.out / "bench.md").read_text())
     left = [k for k in kernels if k not in results["kernels"]]
     if left:

@@ -193,3 +193,33 @@ def test_evaluators_share_one_apply_pool():
             evaluator.close()
             assert [m.cycles for m in shared] == [m.cycles for m in alone]
         assert pool.calls == 8  # every genome went through the pool, which is still open
+
+
+@needs_ptxas
+def test_replayed_bench_reproduces_greedy_from_its_kept_store(tmp_path, capsys):
+    """Kept stores, merged, answer a second bench offline: greedy (deterministic) ends on
+    the same genome and cycles with no miss, and bench.md says it was replayed."""
+    from evo.cli import main
+
+    kernel = "gemm_tile_2x2x2"
+    first = bench.run_bench([kernel], ["greedy"], Config().override("run", seed=3),
+                            tmp_path / "gpu", backend=CodeSizeBackend(), progress=lambda _: None,
+                            keep_stores=True, jobs=1)
+    merged = tmp_path / "merged.sqlite"
+    assert main(["store", "merge", str(merged), *map(str, (tmp_path / "gpu" / "stores").iterdir())]) == 0
+    assert main(["bench", "--suite", kernel, "--strategies", "greedy", "--backend", "replay",
+                 "--store", str(merged), "--seed", "3", "--jobs", "1",
+                 "--out", str(tmp_path / "replay")]) == 0
+    replayed = json.loads((tmp_path / "replay" / "results.json").read_text())
+    was, now = first["kernels"][kernel]["greedy"], replayed["kernels"][kernel]["greedy"]
+    assert (now["genome"], now["best"], now["evals"]) == (was["genome"], was["best"], was["evals"])
+    assert now["misses"] == 0
+    assert "**Replayed** with replay on Fake GPU" in capsys.readouterr().out
+
+
+def test_replay_bench_needs_a_store(tmp_path, capsys):
+    from evo.cli import main
+
+    assert main(["bench", "--suite", "gemm_tile_2x2x2", "--backend", "replay",
+                 "--out", str(tmp_path)]) == 2
+    assert "needs --store PATH" in capsys.readouterr().err
