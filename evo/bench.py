@@ -210,7 +210,10 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
     entry = {"baseline": _cycles(res.baseline), "best": _cycles(res.best),
              "evals": res.evals, "seconds": round(seconds, 2),
              "genome": str(Genome.from_json(res.best_genome)),
-             "timer": (res.best or {}).get("timer", "")}
+             "timer": (res.best or {}).get("timer", ""),
+             # what the backend had to measure: genomes minus those the search's own store
+             # answered (same PTX as an earlier one, or different PTX, same machine code)
+             "measured": evaluator.stats.measured}
     if backend.name == "replay":
         entry["misses"] = misses
     return entry
@@ -239,6 +242,14 @@ def summary_lines(results: dict, order: list[str]) -> list[str]:
                          f"{statistics.median(reds):.1f} %, best {max(reds):.1f} % over "
                          f"{len(reds)} kernels; {evals} evaluations, "
                          f"{evals / secs if secs else 0:.1f} evaluations/s")
+    for s in order:
+        entries = [k[s] for k in kernels.values() if s in k and "measured" in k[s]]
+        evals = sum(e["evals"] for e in entries)
+        if evals:
+            measured = sum(e["measured"] for e in entries)
+            lines.append(f"- {s}: store dedup {100 * (1 - measured / evals):.0f} % "
+                         f"({evals - measured} of {evals} evaluations answered without "
+                         "measuring: same PTX or same machine code as an earlier genome)")
     wall = results.get("wall_seconds")
     if wall:  # against real elapsed time: with --jobs the searches' own times overlap
         evals = sum(e["evals"] for k in kernels.values() for e in k.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from conftest import needs_ptxas
 from evo import bench
@@ -54,6 +55,11 @@ def test_bench_runs_strategies_with_matched_budget_and_resumes(tmp_path):
     md = (tmp_path / "bench.md").read_text()
     assert "evolve_matched vs greedy:" in md and "cycle reduction mean" in md
     assert "evolve_sweep vs greedy:" in md
+    dedup = re.search(r"- greedy: store dedup (\d+) % \((\d+) of (\d+) evaluations", md)
+    greedy_evals = sum(second["kernels"][k]["greedy"]["evals"] for k in kernels)
+    assert dedup and int(dedup.group(3)) == greedy_evals
+    assert int(dedup.group(2)) == greedy_evals - sum(second["kernels"][k]["greedy"]["measured"]
+                                                     for k in kernels) > 0
     for name in kernels:
         assert name in md
 
