@@ -191,13 +191,22 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
         evaluator = Evaluator(backend, store, apply_pool=apply_pool)
 
         misses = 0  # replay: genomes the store could not answer (they count as invalid)
+        # [evaluations so far, best valid cycles so far] after each batch that improved
+        # the best (a batch's gain is put at its end), closed by the final count.
+        curve: list[list] = []
+        evaluated = 0
 
         def measure(genomes):
-            nonlocal misses
+            # The search sends only genomes it has not evaluated: each one is an evaluation.
+            nonlocal misses, evaluated
             if stop.is_set():
                 raise _Stopped(kernel)
             answers = evaluator.evaluate(spec, genomes)
             misses += sum(m.reason == record.NOT_MEASURED for m in answers)
+            evaluated += len(genomes)
+            batch_best = min((m.cycles for m in answers if m.valid and m.cycles), default=None)
+            if batch_best is not None and (not curve or batch_best < curve[-1][1]):
+                curve.append([evaluated, batch_best])
             return answers
 
         start = time.perf_counter()
@@ -207,13 +216,16 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
         finally:
             evaluator.close()
         seconds = time.perf_counter() - start
+    if curve and curve[-1][0] != evaluated:
+        curve.append([evaluated, curve[-1][1]])
     entry = {"baseline": _cycles(res.baseline), "best": _cycles(res.best),
              "evals": res.evals, "seconds": round(seconds, 2),
              "genome": str(Genome.from_json(res.best_genome)),
              "timer": (res.best or {}).get("timer", ""),
              # what the backend had to measure: genomes minus those the search's own store
              # answered (same PTX as an earlier one, or different PTX, same machine code)
-             "measured": evaluator.stats.measured}
+             "measured": evaluator.stats.measured,
+             "curve": curve}
     if backend.name == "replay":
         entry["misses"] = misses
     return entry

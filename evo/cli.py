@@ -161,8 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("plot", help="write fitness curves (plots/<kernel>.png) and a speedup "
-                                    "summary (plots/summary.png) for one or more runs")
+                                    "summary (plots/summary.png) for one or more runs; for an "
+                                    "evo bench folder, best-so-far curves per strategy and "
+                                    "plots/reduction.png")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN")
+    p.add_argument("--kernels", help="bench folders: comma-separated kernels to draw "
+                                     "(default: the first 4)")
     p.set_defaults(func=cmd_plot)
     return parser
 
@@ -415,9 +419,14 @@ def cmd_show(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from evo.plots import plot_runs
+    from evo.plots import plot_bench, plot_runs
 
-    for path in plot_runs(args.runs):
+    benches = [p for p in args.runs if (p / "results.json").is_file()]
+    runs = [p for p in args.runs if p not in benches]
+    kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
+    written = [path for b in benches for path in plot_bench(b, kernels)]
+    written += plot_runs(runs) if runs else []
+    for path in written:
         print(f"wrote {path}")
     return 0
 

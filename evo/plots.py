@@ -151,3 +151,66 @@ def plot_runs(paths: list[Path]) -> list[Path]:
             written.append(plot_kernel(name, series, run.path / "plots" / f"{name}.png"))
     written.append(plot_summary(runs, runs[0].path / "plots" / "summary.png"))
     return written
+
+
+# --------------------------------------------------------------------------- evo bench
+
+
+def plot_bench(bench_dir: Path, kernels: list[str] | None = None, limit: int = 4) -> list[Path]:
+    """From ``evo bench``'s results.json: ``plots/<kernel>.png`` (best cycles so far against
+    evaluations, one line per strategy, for ``kernels`` or the first ``limit``) and
+    ``plots/reduction.png`` (each strategy's cycle reduction over the kernels, sorted)."""
+    import json
+
+    from evo.bench import STRATEGIES, reduction
+
+    results = json.loads((bench_dir / "results.json").read_text())
+    static = "static" in results.get("backend", "")
+    note = f"\n{STATIC_NOTE}" if static else f"\n{results.get('backend', '')}"
+    chosen = kernels or [k for k, v in results["kernels"].items()
+                         if any(e.get("curve") for e in v.values())][:limit]
+    plt = _pyplot()
+    written = []
+    for name in chosen:
+        entries = results["kernels"].get(name)
+        if not entries:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for strategy in sorted(entries, key=lambda s: (STRATEGIES + (s,)).index(s)):
+            e = entries[strategy]
+            if e.get("curve"):
+                xs, ys = zip(*e["curve"])
+                ax.step(xs, ys, where="post", marker="o", markersize=3,
+                        label=f"{strategy} ({e['evals']} evals)")
+        base = next((e["baseline"] for e in entries.values() if e.get("baseline")), None)
+        if base:
+            ax.axhline(base, color="gray", linestyle=":", label="baseline")
+        ax.set_xscale("log")
+        ax.set_xlabel("evaluations (log)")
+        ax.set_ylabel("best cycles so far" + (" (static estimate)" if static else ""))
+        ax.set_title(name + note, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        written.append(_save(fig, plt, bench_dir / "plots" / f"{name}.png"))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    strategies = [s for s in STRATEGIES if any(s in v for v in results["kernels"].values())]
+    for strategy in strategies:
+        reds = sorted(r for v in results["kernels"].values() if strategy in v
+                      and (r := reduction(v[strategy])) is not None)
+        if reds:
+            ax.plot(range(1, len(reds) + 1), reds, marker=".", label=strategy)
+    ax.set_xlabel("kernels, sorted by the strategy's own reduction")
+    ax.set_ylabel("cycle reduction vs baseline (%)")
+    ax.set_title("evo bench: cycle reduction per kernel" + note, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    written.append(_save(fig, plt, bench_dir / "plots" / "reduction.png"))
+    return written
+
+
+def _save(fig, plt, path: Path) -> Path:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

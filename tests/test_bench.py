@@ -229,3 +229,22 @@ def test_replay_bench_needs_a_store(tmp_path, capsys):
     assert main(["bench", "--suite", "gemm_tile_2x2x2", "--backend", "replay",
                  "--out", str(tmp_path)]) == 2
     assert "needs --store PATH" in capsys.readouterr().err
+
+
+@needs_ptxas
+def test_bench_curves_and_plots(tmp_path, capsys):
+    """Each search keeps its best-so-far curve (ending at its evaluation count, never
+    rising); `evo plot` on the bench folder draws them and the reduction summary."""
+    from evo.cli import main
+
+    kernel = "gemm_tile_2x2x2"
+    results = bench.run_bench([kernel], ["greedy", "evolve_sweep"], Config().override("run", seed=3),
+                              tmp_path, backend=CodeSizeBackend(), progress=lambda _: None, jobs=1)
+    for entry in results["kernels"][kernel].values():
+        xs, ys = zip(*entry["curve"])
+        assert xs[-1] == entry["evals"] and ys[-1] == entry["best"]
+        assert list(xs) == sorted(xs) and list(ys) == sorted(ys, reverse=True)
+    assert main(["plot", str(tmp_path)]) == 0
+    for name in (kernel, "reduction"):
+        assert (tmp_path / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "reduction.png" in capsys.readouterr().out
