@@ -8,11 +8,10 @@ answers ``MeasureRequest``s with ``Measurement``s. For each request:
    variant: upload inputs, poisoned outputs and canaries, launch, synchronize, read every
    buffer back with its canary and let ``gate.check_launch`` judge. The first failure is
    the answer. A baseline that itself fails is reported as ``baseline failed: ...``.
-2. **Timing**: ``clock64`` specs launch the instrumented cubin in batches, each launch
-   writing its own slice of one clock buffer, so a batch needs one readback; ``events``
-   specs replay a captured CUDA graph of K back-to-back launches between two events and
-   convert microseconds to cycles at the SM clock measured just before and after.
-   Both stop by the request's rule (``harness.worker.precise_enough``).
+2. **Timing** (``harness.gpu_timing``): ``clock64`` specs launch the instrumented cubin
+   in batches, each launch writing its own slice of one clock buffer; ``events`` specs
+   replay a captured CUDA graph between two events and convert microseconds to cycles at
+   the SM clock measured just before and after.
 
 A CUDA error is a ``launch error: <cuda error text>`` result. After any failed request
 ``healthy()`` probes the context; a sticky error (illegal address, misaligned address,
@@ -29,66 +28,29 @@ every launch uploads all its buffers first): placement does not depend on what r
 The arena is lent by ``harness.arena``'s keeper process, so that a worker restarted after
 a crash maps the very same physical memory: with arenas of their own, successive fresh
 workers landed in other places (0.24 % apart on an H100, 2.4 % on an H200).
-``notes["placement"]`` says which arena a figure was measured in. And all
-launches after one upload ran ~1243 or all ~1246 (H100), a state picked at the upload, so
-clock64 timing uploads again every ``CLOCK_BATCH`` launches to average over it.
+``notes["placement"]`` says which arena a figure was measured in.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import time
 import traceback
 from collections import OrderedDict
 
-import numpy as np
-
-from harness import gate, instrument, record
+from harness import gate, gpu_timing, record
 from harness.arena import ARENA_BYTES
+from harness.gpu_timing import STICKY_MARKERS, TimingFailed
 from harness.record import Measurement
-from harness.worker import precise_enough, summarize
+from harness.worker import summarize
 
 BASELINE_FAILED = "baseline failed"
 """Reason prefix when the unmodified kernel itself fails its checks: the variant is not judged."""
 
-TIMING_FAILED = "timing failed"
-"""Reason prefix when a variant passed the gate but could not be timed (e.g. no clock words)."""
-
-STICKY_MARKERS = ("IllegalAddress", "ILLEGAL_ADDRESS", "MisalignedAddress", "MISALIGNED_ADDRESS",
-                  "LaunchFailure", "LAUNCH_FAILED", "IllegalInstruction", "ILLEGAL_INSTRUCTION",
-                  "HardwareStackError", "HARDWARE_STACK_ERROR", "InvalidPc", "INVALID_PC", "Assert")
-"""CUDA errors that leave the context unusable (``healthy()`` also probes; this is a shortcut)."""
-
-CLOCK_BATCH = 8  # clock64 launches per upload of the inputs and readback of the clock words
-EVENTS_CHUNK = 10  # events-mode replays between two looks at the stopping rule
 RESERVED_BYTES = 1 << 20  # the arena's head: SM-clock probe words and clock64 buffers
 BUFFER_ALIGN = 512  # each buffer starts on this boundary (CuPy's pool gives the same)
-GRAPH_TARGET_S = 1e-3  # an events-mode graph replay should take about this long
-MAX_GRAPH_LAUNCHES = 256
-PROBE_SPIN_NS = 1_000_000  # the SM-clock probe spins this long (1 ms)
 _CACHE_LIMITS = {"modules": 256, "buffers": 8, "seeds": 256}
-
-_PROBE_PTX = r"""
-.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry evo_clock_probe(.param .u64 out, .param .u64 spin_ns)
-{
-    .reg .u64 %rd<8>; .reg .pred %p<2>;
-    ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [spin_ns]; cvta.to.global.u64 %rd1, %rd1;
-    mov.u64 %rd3, %globaltimer; mov.u64 %rd4, %clock64;
-$L_spin:
-    mov.u64 %rd5, %globaltimer; sub.u64 %rd6, %rd5, %rd3; setp.lt.u64 %p1, %rd6, %rd2;
-    @%p1 bra $L_spin;
-    mov.u64 %rd7, %clock64;
-    st.global.u64 [%rd1], %rd3; st.global.u64 [%rd1+8], %rd5;
-    st.global.u64 [%rd1+16], %rd4; st.global.u64 [%rd1+24], %rd7;
-    ret;
-}
-"""  # one thread spins ~1 ms on %globaltimer (ns), reading %clock64 at both ends: SM MHz
-
 
 class _Failed(Exception):
     """A result that ends the request early (the reason is the Measurement's)."""
@@ -133,13 +95,13 @@ class Runner:
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
         self._arena, self.arena_source = self._open_arena(arena_handle)
-        self._probe_out = self._arena[:32].view(cupy.uint64)
-        self._clock_buf = self._arena[BUFFER_ALIGN:RESERVED_BYTES].view(cupy.uint64)
+        self.probe_out = self._arena[:32].view(cupy.uint64)
+        self.clock_buf = self._arena[BUFFER_ALIGN:RESERVED_BYTES].view(cupy.uint64)
         self._modules: OrderedDict = OrderedDict()
         self._buffers: OrderedDict = OrderedDict()
         self._seeds: OrderedDict = OrderedDict()  # (spec, seed) -> inputs, images
         self._baselines: OrderedDict = OrderedDict()  # (spec, baseline, seed, ref?) -> outputs
-        self._probe_fn = None
+        self.probe_fn = None  # gpu_timing.sm_mhz loads it once
 
     # -------------------------------------------------------------- plumbing
 
@@ -230,7 +192,7 @@ class Runner:
     def healthy(self) -> bool:
         """False when the context is unusable (a sticky error): a tiny memset must succeed."""
         try:
-            self._probe_out.fill(0)
+            self.probe_out.fill(0)
             self.stream.synchronize()
             self.cp.cuda.runtime.deviceSynchronize()
             return True
@@ -279,123 +241,6 @@ class Runner:
 
     # -------------------------------------------------------------- timing
 
-    def time_clock64(self, request) -> tuple[list[float], dict]:
-        """Cycles of each launch of the instrumented cubin, read from its clock words."""
-        spec = request.spec
-        if request.clock_cubin is None:
-            raise _Failed(f"{TIMING_FAILED}: spec {spec.name} times with clock64 but the request "
-                          "has no clock_cubin (instrument the variant)")
-        fn = self.function(request.clock_cubin, spec.entry)
-        bufs = self.buffers(spec)
-        images = self.seed_data(spec, request.timing_seed)[1]
-        args = self.args(spec, bufs)
-        words = instrument.clock_words(spec)
-        clock = self._clock_buf  # room for 1 + CLOCK_BATCH launches of a 1024-thread block
-        base = clock.data.ptr
-        after_upload: list[int] = []
-
-        def batch(count: int) -> list[int]:
-            # A fresh upload per batch (see "Placement and state"), then one launch more
-            # than asked: the first runs right after the copy, in whatever state the copy
-            # left the caches, and is kept out of the samples (its median goes in the notes).
-            # Suspect: on an H200 over 10 % of launches ran ~180 cycles long when every 8th
-            # launch (12.5 %) was such a first one. Each launch writes its own slice of the
-            # clock buffer, so a batch's launches run back to back.
-            self.upload(spec, bufs, images)
-            count += 1
-            clock[:count * words].fill(instrument.CLOCK_POISON)
-            for i in range(count):
-                self.launch(fn, spec, args + [base + 8 * words * i])
-            self.stream.synchronize()
-            rows = clock[:count * words].get().reshape(count, words)
-            pairs = rows.reshape(count, -1, 2)
-            start, end = pairs[..., 0], pairs[..., 1]
-            if (pairs == instrument.CLOCK_POISON).any() or (end < start).any():
-                try:  # the slow path only to get cycles_from_clock's precise message
-                    [instrument.cycles_from_clock(row) for row in rows]
-                except ValueError as err:
-                    raise _Failed(f"{TIMING_FAILED}: {err}") from None
-            # cycles_from_clock for all rows at once: max(end) - min(start) per launch.
-            cycles = (end.max(axis=1) - start.min(axis=1)).astype(np.int64).tolist()
-            after_upload.append(cycles[0])
-            return cycles[1:]
-
-        for done in range(0, request.warmup, CLOCK_BATCH):
-            batch(min(CLOCK_BATCH, request.warmup - done))
-        after_upload.clear()
-        samples: list[float] = []
-        variances = []  # per batch: launch-to-launch noise within one upload's state
-        while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem):
-            cycles = batch(min(CLOCK_BATCH, request.max_reps - len(samples)))
-            samples += cycles
-            variances.append(float(np.var(cycles)))
-        return samples, {"launches_per_upload": f"1 untimed + {CLOCK_BATCH}",
-                         "placement": self.placement(spec),
-                         "after_upload_median": float(np.median(after_upload)) if after_upload else None,
-                         "caches": f"warm ({request.warmup} warm-up launches first, and one "
-                                   "after each upload of the inputs)",
-                         "within_batch_std": float(np.sqrt(np.mean(variances)))}
-
-    def sm_mhz(self) -> float:
-        """The SM clock now, in MHz: Δ%clock64 / Δ%globaltimer over a ~1 ms spin of one thread."""
-        if self._probe_fn is None:
-            module = self.cp.cuda.function.Module()
-            module.load(_PROBE_PTX.encode() + b"\0")  # PTX: the driver JIT-compiles it once
-            self._probe_fn = module.get_function("evo_clock_probe")
-        self._probe_fn((1, 1, 1), (1, 1, 1), (self._probe_out, np.uint64(PROBE_SPIN_NS)))
-        self.stream.synchronize()
-        t0, t1, c0, c1 = (int(v) for v in self._probe_out.get())
-        return (c1 - c0) / (t1 - t0) * 1000.0
-
-    def time_events(self, request) -> tuple[list[float], dict]:
-        """Cycles per launch of the uninstrumented cubin, from CUDA events around graph replays."""
-        spec, cp, stream = request.spec, self.cp, self.stream
-        fn = self.function(request.cubin, spec.entry)
-        bufs = self.buffers(spec)
-        self.upload(spec, bufs, self.seed_data(spec, request.timing_seed)[1])
-        args = self.args(spec, bufs)
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-
-        def elapsed_us(run, count: int) -> float:
-            start.record(stream)
-            run()
-            stop.record(stream)
-            stop.synchronize()
-            return cp.cuda.get_elapsed_time(start, stop) * 1000.0 / count
-
-        def loop(count: int):
-            return lambda: [self.launch(fn, spec, args, stream) for _ in range(count)]
-
-        loop(max(request.warmup, 1))()
-        estimate = elapsed_us(loop(10), 10)  # includes the ~µs launch floor: an upper bound
-        k = int(min(MAX_GRAPH_LAUNCHES, max(1, GRAPH_TARGET_S * 1e6 / max(estimate, 1e-3))))
-        notes = {"graph_launches": k, "caches": "warm (inputs reused across launches)",
-                 "placement": self.placement(spec)}
-        try:
-            stream.begin_capture()
-            try:
-                loop(k)()
-            finally:
-                graph = stream.end_capture()
-            replay = functools.partial(graph.launch, stream)  # keeps the graph alive
-            replay()
-            stream.synchronize()
-        except Exception as err:  # capture unsupported here: time a plain loop instead
-            if isinstance(err, self.cuda_errors) and any(m in str(err) for m in STICKY_MARKERS):
-                raise
-            replay = loop(k)
-            notes["graph"] = f"capture failed ({err}); timed a loop of {k} launches on one stream"
-        mhz_before = self.sm_mhz()
-        samples: list[float] = []
-        while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem):
-            for _ in range(min(EVENTS_CHUNK, request.max_reps - len(samples))):
-                samples.append(elapsed_us(replay, k))
-        mhz_after = self.sm_mhz()
-        mhz = (mhz_before + mhz_after) / 2
-        notes.update(sm_mhz_before=round(mhz_before, 1), sm_mhz_after=round(mhz_after, 1), sm_mhz=round(mhz, 1),
-                     us_per_launch=float(np.median(samples)))
-        return [us * mhz for us in samples], notes
-
     # -------------------------------------------------------------- one request
 
     def measure(self, request) -> Measurement:
@@ -411,9 +256,9 @@ class Runner:
         try:
             self.check(request)
             if spec.timing == "clock64":
-                samples, notes = self.time_clock64(request)
+                samples, notes = gpu_timing.time_clock64(self, request)
             else:
-                samples, notes = self.time_events(request)
+                samples, notes = gpu_timing.time_events(self, request)
             stats = summarize(samples)
             result.valid, result.reason = True, record.OK
             result.cycles, result.p10, result.p90, result.n = (
@@ -421,7 +266,7 @@ class Runner:
             result.flags = gate.speedup_flags(request.baseline_cycles, result.cycles)
             result.notes.update(notes, median=stats["median"], std=stats["std"],
                                 robust_std=stats["robust_std"], rel_sem=stats["rel_sem"])
-        except _Failed as failed:
+        except (_Failed, TimingFailed) as failed:
             result.reason = str(failed)
         except self.cuda_errors as err:
             result.reason = f"{record.LAUNCH_ERROR}: {err}"

@@ -1,0 +1,184 @@
+"""How the GPU worker times a variant that passed the correctness gate.
+
+Runs in the worker process with its ``harness.gpu_runner.Runner`` (CUDA context, arena,
+loaded modules, input images):
+
+* ``time_clock64``: single-block specs. The clock64-instrumented cubin runs in batches: an
+  upload of the inputs, one untimed launch (right after the copy), then ``CLOCK_BATCH``
+  timed launches back to back, each writing its own slice of one clock buffer, so a batch
+  needs one readback. Uploading again every batch averages over the few states an upload
+  leaves (on an H100 all launches after one upload ran ~1243 or all ~1246 cycles).
+* ``time_events``: many-block specs. The uninstrumented cubin, as a captured CUDA graph of
+  K back-to-back launches replayed between two events; microseconds become cycles at the
+  SM clock measured (``sm_mhz``) just before and after.
+
+Both stop by the request's rule (``harness.worker.precise_enough``). A variant that
+cannot be timed raises ``TimingFailed`` with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from harness import instrument
+from harness.worker import precise_enough
+
+TIMING_FAILED = "timing failed"
+"""Reason prefix when a variant passed the gate but could not be timed (e.g. no clock words)."""
+
+STICKY_MARKERS = ("IllegalAddress", "ILLEGAL_ADDRESS", "MisalignedAddress", "MISALIGNED_ADDRESS",
+                  "LaunchFailure", "LAUNCH_FAILED", "IllegalInstruction", "ILLEGAL_INSTRUCTION",
+                  "HardwareStackError", "HARDWARE_STACK_ERROR", "InvalidPc", "INVALID_PC", "Assert")
+"""CUDA errors that leave the context unusable (the runner's ``healthy()`` also probes)."""
+
+CLOCK_BATCH = 8  # clock64 launches per upload of the inputs and readback of the clock words
+EVENTS_CHUNK = 10  # events-mode replays between two looks at the stopping rule
+GRAPH_TARGET_S = 1e-3  # an events-mode graph replay should take about this long
+MAX_GRAPH_LAUNCHES = 256
+PROBE_SPIN_NS = 1_000_000  # the SM-clock probe spins this long (1 ms)
+
+_PROBE_PTX = r"""
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry evo_clock_probe(.param .u64 out, .param .u64 spin_ns)
+{
+    .reg .u64 %rd<8>; .reg .pred %p<2>;
+    ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [spin_ns]; cvta.to.global.u64 %rd1, %rd1;
+    mov.u64 %rd3, %globaltimer; mov.u64 %rd4, %clock64;
+$L_spin:
+    mov.u64 %rd5, %globaltimer; sub.u64 %rd6, %rd5, %rd3; setp.lt.u64 %p1, %rd6, %rd2;
+    @%p1 bra $L_spin;
+    mov.u64 %rd7, %clock64;
+    st.global.u64 [%rd1], %rd3; st.global.u64 [%rd1+8], %rd5;
+    st.global.u64 [%rd1+16], %rd4; st.global.u64 [%rd1+24], %rd7;
+    ret;
+}
+"""  # one thread spins ~1 ms on %globaltimer (ns), reading %clock64 at both ends: SM MHz
+
+
+class TimingFailed(Exception):
+    """A variant that passed the gate but could not be timed; the message is the reason."""
+
+
+def time_clock64(runner, request) -> tuple[list[float], dict]:
+    """Cycles of each launch of the instrumented cubin, read from its clock words."""
+    spec = request.spec
+    if request.clock_cubin is None:
+        raise TimingFailed(f"{TIMING_FAILED}: spec {spec.name} times with clock64 but the "
+                           "request has no clock_cubin (instrument the variant)")
+    fn = runner.function(request.clock_cubin, spec.entry)
+    bufs = runner.buffers(spec)
+    images = runner.seed_data(spec, request.timing_seed)[1]
+    args = runner.args(spec, bufs)
+    words = instrument.clock_words(spec)
+    clock = runner.clock_buf  # room for 1 + CLOCK_BATCH launches of a 1024-thread block
+    base = clock.data.ptr
+    after_upload: list[int] = []
+
+    def batch(count: int) -> list[int]:
+        # A fresh upload per batch (module docstring), then one launch more
+        # than asked: the first runs right after the copy, in whatever state the copy
+        # left the caches, and is kept out of the samples (its median goes in the notes).
+        # Suspect: on an H200 over 10 % of launches ran ~180 cycles long when every 8th
+        # launch (12.5 %) was such a first one. Each launch writes its own slice of the
+        # clock buffer, so a batch's launches run back to back.
+        runner.upload(spec, bufs, images)
+        count += 1
+        clock[:count * words].fill(instrument.CLOCK_POISON)
+        for i in range(count):
+            runner.launch(fn, spec, args + [base + 8 * words * i])
+        runner.stream.synchronize()
+        rows = clock[:count * words].get().reshape(count, words)
+        pairs = rows.reshape(count, -1, 2)
+        start, end = pairs[..., 0], pairs[..., 1]
+        if (pairs == instrument.CLOCK_POISON).any() or (end < start).any():
+            try:  # the slow path only to get cycles_from_clock's precise message
+                [instrument.cycles_from_clock(row) for row in rows]
+            except ValueError as err:
+                raise TimingFailed(f"{TIMING_FAILED}: {err}") from None
+        # cycles_from_clock for all rows at once: max(end) - min(start) per launch.
+        cycles = (end.max(axis=1) - start.min(axis=1)).astype(np.int64).tolist()
+        after_upload.append(cycles[0])
+        return cycles[1:]
+
+    for done in range(0, request.warmup, CLOCK_BATCH):
+        batch(min(CLOCK_BATCH, request.warmup - done))
+    after_upload.clear()
+    samples: list[float] = []
+    variances = []  # per batch: launch-to-launch noise within one upload's state
+    while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem):
+        cycles = batch(min(CLOCK_BATCH, request.max_reps - len(samples)))
+        samples += cycles
+        variances.append(float(np.var(cycles)))
+    return samples, {"launches_per_upload": f"1 untimed + {CLOCK_BATCH}",
+                     "placement": runner.placement(spec),
+                     "after_upload_median": (float(np.median(after_upload))
+                                             if after_upload else None),
+                     "caches": f"warm ({request.warmup} warm-up launches first, and one "
+                               "after each upload of the inputs)",
+                     "within_batch_std": float(np.sqrt(np.mean(variances)))}
+
+
+def sm_mhz(runner) -> float:
+    """The SM clock now, in MHz: Δ%clock64 / Δ%globaltimer over a ~1 ms spin of one thread."""
+    if runner.probe_fn is None:
+        module = runner.cp.cuda.function.Module()
+        module.load(_PROBE_PTX.encode() + b"\0")  # PTX: the driver JIT-compiles it once
+        runner.probe_fn = module.get_function("evo_clock_probe")
+    runner.probe_fn((1, 1, 1), (1, 1, 1), (runner.probe_out, np.uint64(PROBE_SPIN_NS)))
+    runner.stream.synchronize()
+    t0, t1, c0, c1 = (int(v) for v in runner.probe_out.get())
+    return (c1 - c0) / (t1 - t0) * 1000.0
+
+
+def time_events(runner, request) -> tuple[list[float], dict]:
+    """Cycles per launch of the uninstrumented cubin, from CUDA events around graph replays."""
+    spec, cp, stream = request.spec, runner.cp, runner.stream
+    fn = runner.function(request.cubin, spec.entry)
+    bufs = runner.buffers(spec)
+    runner.upload(spec, bufs, runner.seed_data(spec, request.timing_seed)[1])
+    args = runner.args(spec, bufs)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+
+    def elapsed_us(run, count: int) -> float:
+        start.record(stream)
+        run()
+        stop.record(stream)
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop) * 1000.0 / count
+
+    def loop(count: int):
+        return lambda: [runner.launch(fn, spec, args, stream) for _ in range(count)]
+
+    loop(max(request.warmup, 1))()
+    estimate = elapsed_us(loop(10), 10)  # includes the ~µs launch floor: an upper bound
+    k = int(min(MAX_GRAPH_LAUNCHES, max(1, GRAPH_TARGET_S * 1e6 / max(estimate, 1e-3))))
+    notes = {"graph_launches": k, "caches": "warm (inputs reused across launches)",
+             "placement": runner.placement(spec)}
+    try:
+        stream.begin_capture()
+        try:
+            loop(k)()
+        finally:
+            graph = stream.end_capture()
+        replay = functools.partial(graph.launch, stream)  # keeps the graph alive
+        replay()
+        stream.synchronize()
+    except Exception as err:  # capture unsupported here: time a plain loop instead
+        if isinstance(err, runner.cuda_errors) and any(m in str(err) for m in STICKY_MARKERS):
+            raise
+        replay = loop(k)
+        notes["graph"] = f"capture failed ({err}); timed a loop of {k} launches on one stream"
+    mhz_before = sm_mhz(runner)
+    samples: list[float] = []
+    while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem):
+        for _ in range(min(EVENTS_CHUNK, request.max_reps - len(samples))):
+            samples.append(elapsed_us(replay, k))
+    mhz_after = sm_mhz(runner)
+    mhz = (mhz_before + mhz_after) / 2
+    notes.update(sm_mhz_before=round(mhz_before, 1), sm_mhz_after=round(mhz_after, 1),
+                 sm_mhz=round(mhz, 1), us_per_launch=float(np.median(samples)))
+    return [us * mhz for us in samples], notes

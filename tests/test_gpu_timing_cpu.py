@@ -1,0 +1,90 @@
+"""harness.gpu_timing's clock64 batching on the CPU: a fake runner stands in for the CUDA
+context, and its "launches" write clock words the way the instrumented kernel does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import gpu_timing, instrument
+from harness.suite import find_kernel
+from harness.worker import MeasureRequest
+
+AFTER_UPLOAD, STEADY = 1500, 1000  # made-up cycles: the first launch after an upload is slow
+
+
+class FakeDeviceArray:
+    """A slice of host memory with the bits of a CuPy array that time_clock64 uses."""
+
+    class _Data:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    def __init__(self, host: np.ndarray, ptr: int = 0):
+        self.host, self.data = host, self._Data(ptr)
+
+    def __getitem__(self, key):
+        return FakeDeviceArray(self.host[key], self.data.ptr)
+
+    def fill(self, value):
+        self.host.fill(value)
+
+    def get(self):
+        return self.host.copy()
+
+
+class FakeRunner:
+    def __init__(self, broken: bool = False):
+        self.clock_buf = FakeDeviceArray(np.zeros(4096, dtype=np.uint64))
+        self.stream = type("Stream", (), {"synchronize": lambda self: None})()
+        self.uploads = self.launches = self.since_upload = 0
+        self.broken = broken
+
+    def function(self, cubin, entry):
+        return "fn"
+
+    def buffers(self, spec):
+        return {}
+
+    def seed_data(self, spec, seed):
+        return {}, {}
+
+    def args(self, spec, bufs):
+        return []
+
+    def placement(self, spec):
+        return "fake"
+
+    def upload(self, spec, bufs, images):
+        self.uploads += 1
+        self.since_upload = 0
+
+    def launch(self, fn, spec, args, stream=None):
+        word = (args[-1] - self.clock_buf.data.ptr) // 8  # this launch's clock slice
+        cycles = AFTER_UPLOAD if self.since_upload == 0 else STEADY + self.launches % 3
+        self.since_upload += 1
+        self.launches += 1
+        if not self.broken:
+            self.clock_buf.host[word:word + 2] = (np.uint64(10_000), np.uint64(10_000 + cycles))
+
+
+def request(**kw) -> MeasureRequest:
+    spec = find_kernel("gemm_tile_2x2x2")
+    assert instrument.clock_words(spec) == 2
+    return MeasureRequest(spec=spec, cubin=b"", baseline_cubin=b"", clock_cubin=b"clock", **kw)
+
+
+def test_the_first_launch_after_each_upload_is_kept_out_of_the_samples():
+    runner = FakeRunner()
+    samples, notes = gpu_timing.time_clock64(runner, request(warmup=8, min_reps=32, max_reps=32))
+    assert len(samples) == 32 and AFTER_UPLOAD not in samples
+    assert set(samples) <= {STEADY, STEADY + 1, STEADY + 2}
+    assert runner.uploads == 1 + 32 // gpu_timing.CLOCK_BATCH  # warm-up batch, then timed ones
+    assert runner.launches == runner.uploads * (gpu_timing.CLOCK_BATCH + 1)
+    assert notes["after_upload_median"] == AFTER_UPLOAD
+    assert notes["launches_per_upload"] == f"1 untimed + {gpu_timing.CLOCK_BATCH}"
+
+
+def test_unwritten_clock_words_fail_timing_with_the_reason():
+    with pytest.raises(gpu_timing.TimingFailed, match=gpu_timing.TIMING_FAILED):
+        gpu_timing.time_clock64(FakeRunner(broken=True), request(warmup=0, min_reps=8, max_reps=8))
