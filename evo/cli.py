@@ -87,6 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed for the check and timing inputs")
     p.set_defaults(func=commands.cmd_measure)
 
+    p = sub.add_parser("stability", help="the same variant in several fresh GPU worker "
+                                         "processes: how far apart its figures read (GPU only)")
+    p.add_argument("kernel", metavar="KERNEL")
+    p.add_argument("--genome", metavar="GENOME", help="apply this genome first")
+    p.add_argument("--workers", type=int, default=5, help="fresh worker processes (default 5)")
+    p.add_argument("--repeats", type=int, default=3, help="measurements per worker (default 3)")
+    p.add_argument("--own-arena", action="store_true",
+                   help="each worker allocates its own buffers instead of the keeper's arena "
+                        "(shows what buffer placement alone does to the figure)")
+    p.add_argument("--gpu", type=int, default=0, metavar="ID", help="CUDA device id (default 0)")
+    p.set_defaults(func=commands.cmd_stability)
+
     p = sub.add_parser("run", help="evolve the kernels of the suite (the main job)",
                        description="Search for faster variants of every kernel in the config's "
                        "suite (or --kernel), measuring each candidate; writes runs/<name>/.")

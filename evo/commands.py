@@ -142,6 +142,23 @@ def cmd_measure(args) -> int:
     return 0 if m.valid else 1
 
 
+def cmd_stability(args) -> int:
+    """Fresh workers, same variant: the spread a fitness difference must beat."""
+    from genomes.genome import Genome, load_genome
+    from harness.stability import format_report, measure_stability
+    from harness.suite import find_kernel
+
+    if args.workers < 1 or args.repeats < 1:
+        raise EvoError("--workers and --repeats must be at least 1")
+    spec = find_kernel(args.kernel)
+    genome = load_genome(args.genome) if args.genome else Genome()
+    report = measure_stability(spec, genome, args.workers, args.repeats, args.gpu,
+                               keep_arena=not args.own_arena,
+                               progress=lambda line: print(line, file=sys.stderr))
+    print(format_report(report))
+    return 0 if report.figures() else 1
+
+
 def cmd_run(args) -> int:
     from evo import config as config_mod
     from evo import run

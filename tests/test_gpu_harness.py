@@ -237,3 +237,17 @@ def test_events_timing_is_positive_and_repeatable(worker):
         assert m.valid and m.timer == "events", m.reason
         assert m.cycles > 0 and 500 < m.notes["sm_mhz_before"] < 5000
     assert abs(first.cycles - second.cycles) <= 0.05 * first.cycles, (first.cycles, second.cycles)
+
+
+# ---------------------------------------------------------------------- evo stability
+
+
+def test_stability_command_on_the_gpu(capsys):
+    """`evo stability` end to end: three fresh workers in the keeper's arena agree."""
+    from evo.cli import main
+
+    assert main(["stability", "gemm_tile_4x6x8", "--workers", "3", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "keeper's arena" in out and "spread across workers" in out
+    spread = float(out.split("spread across workers: ")[1].split(" %")[0])
+    assert spread < 0.2, out
