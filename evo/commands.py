@@ -152,9 +152,15 @@ def cmd_stability(args) -> int:
         raise EvoError("--workers and --repeats must be at least 1")
     spec = find_kernel(args.kernel)
     genome = load_genome(args.genome) if args.genome else Genome()
-    report = measure_stability(spec, genome, args.workers, args.repeats, args.gpu,
-                               keep_arena=not args.own_arena,
-                               progress=lambda line: print(line, file=sys.stderr))
+    from harness.worker import WorkerStartError
+
+    try:
+        report = measure_stability(spec, genome, args.workers, args.repeats, args.gpu,
+                                   keep_arena=not args.own_arena,
+                                   progress=lambda line: print(line, file=sys.stderr))
+    except WorkerStartError as err:
+        raise EvoError(f"evo stability measures on a GPU, and none could be used: "
+                       f"{str(err).split('; install')[0]}") from None
     print(format_report(report))
     return 0 if report.figures() else 1
 
