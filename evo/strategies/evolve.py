@@ -35,10 +35,10 @@ in place of as many children.
 With ``init = "sweep"``, generation 1 is not random: it measures the baseline and every gene
 of the alphabet alone (what one greedy step costs), then stacks the genes that beat the
 baseline, at most one per conflict group: the best two, the best three, ... (best first,
-the order in which greedy would append them). Gene effects on these kernels are close to additive, so a stack is
-near where greedy ends after several steps; the rest of the budget goes to evolution and
-local search around it, which greedy, adding one gene at a time, cannot do. The first
-population is the best ``pop`` of everything generation 1 measured.
+the order in which greedy would append them). Where gene effects add up, a stack lands
+near where greedy ends after several steps, for one evaluation; the rest of the budget
+goes to evolution and local search around it, which greedy, adding one gene at a time,
+cannot do. The first population is the best ``pop`` of everything generation 1 measured.
 """
 
 from __future__ import annotations
