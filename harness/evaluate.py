@@ -6,7 +6,9 @@ For one kernel and a batch of genomes, :meth:`Evaluator.evaluate`
    Measurement's ``notes["genes"]``);
 2. hashes the PTX and asks the store (PTX level): an identical PTX is never compiled again;
 3. compiles the misses with ptxas in parallel (``compile_many``, one thread per CPU); a
-   ptxas failure is an invalid result with reason ``"ptxas error: ..."``, stored too;
+   ptxas failure is an invalid result with reason ``"ptxas error: ..."``, stored too.
+   For a backend timing with clock64 (the GPU), each variant is assembled together with
+   its instrumented twin, one ptxas run for both (``instrument.with_clock_twin``);
 4. hashes the code (``cubin_text_hash`` + registers + shared memory) and asks the store
    again (code level): different PTX often assembles to identical code;
 5. hands each remaining *unique* code once to the backend (check + time on the GPU, or a
@@ -33,6 +35,7 @@ from genomes.genome import Applied, Genome, apply_genome
 from harness import record
 from harness.backends import Backend, Variant
 from harness.compile import compile_many, ptx_hash
+from harness.instrument import clock_entry_name
 from harness.record import Measurement
 from harness.sass import cubin_text_hash
 from harness.store import Store, code_hash, ptxas_error_key
@@ -131,7 +134,7 @@ class Evaluator:
         kernel's baseline, the first time)."""
         base = self.baseline(spec)
         start = time.perf_counter()
-        variants = [_variant(g, a, clock) for g, (a, clock)
+        variants = [_variant(g, a, twin) for g, (a, twin)
                     in zip(genomes, self._apply_all(spec, genomes))]
         counts = EvalStats(genomes=len(genomes), apply_seconds=time.perf_counter() - start)
         batch = self._prepare(spec, variants, base, counts)
@@ -161,8 +164,8 @@ class Evaluator:
 
     # ------------------------------------------------------------------ pipeline
     def _apply_all(self, spec, genomes: list[Genome]) -> list[tuple[Applied, str | None]]:
-        """Each genome applied, with its clock64-instrumented PTX when made in the pool
-        (instrumenting is pure Python too: in the pool it costs the GPU stage nothing)."""
+        """Each genome applied, with the PTX that adds its clock64 twin when made in the
+        pool (instrumenting is pure Python too: in the pool it costs the GPU stage nothing)."""
         if (self._apply_pool is None and self.apply_workers < 2) or len(genomes) < 4:
             module = self._module(spec)
             return [(apply_genome(module, g), None) for g in genomes]
@@ -194,23 +197,30 @@ class Evaluator:
                 b.cached.add(h)
         stats.ptx_hits += len(b.cached)
 
-        # (3) compile every PTX the store did not know, in parallel, together with its
-        # clock64-instrumented twin where the apply pool made one: one wave of ptxas per
-        # batch instead of two (the twin of a code the store then knows is wasted, ~8 %).
+        # (3) compile every PTX the store did not know, in parallel; where the apply pool
+        # added the clock64 twin entry, the variant and its twin in one ptxas run (one run
+        # per candidate, not two; the twin of a code the store then knows is wasted, ~8 %).
         todo = [v for h, v in b.by_ptx.items() if h not in b.result]
-        twins = [v for v in todo if v.clock_ptx is not None]
         start = time.perf_counter()
-        compiled = compile_many([v.ptx for v in todo] + [v.clock_ptx for v in twins],
-                                self.arch, workers=self.workers)
+        compiled = compile_many([v.twin_ptx or v.ptx for v in todo], self.arch,
+                                workers=self.workers)
+        # A module whose twin breaks it says nothing about the variant: assemble that alone
+        # (the backend then instruments it apart, and reports why the twin fails).
+        alone = [i for i, (v, c) in enumerate(zip(todo, compiled)) if v.twin_ptx and not c.ok]
+        for i, c in zip(alone, compile_many([todo[i].ptx for i in alone], self.arch,
+                                            workers=self.workers)):
+            todo[i].twin_ptx, compiled[i] = None, c
         stats.compile_seconds += time.perf_counter() - start
         stats.compiled += len(todo)
         b.version = ptxas_version() if todo else ""
-        for v, c in zip(twins, compiled[len(todo):]):
-            v.clock_cubin = c.cubin if c.ok else f"instrumented variant does not assemble: {c.error}"
         for v, c in zip(todo, compiled):
             v.compiled = c
             if c.ok:
-                v.code_hash = code_hash(cubin_text_hash(c.cubin), c.registers, c.shared_mem)
+                # Keyed by the variant's own code (the twin's is in the same cubin).
+                only = [spec.entry] if v.twin_ptx else None
+                if v.twin_ptx:
+                    v.clock_cubin, v.clock_entry = c.cubin, clock_entry_name(spec.entry)
+                v.code_hash = code_hash(cubin_text_hash(c.cubin, only), c.registers, c.shared_mem)
                 b.by_code.setdefault(v.code_hash, []).append(v)
                 continue
             stats.ptxas_errors += 1
@@ -280,26 +290,26 @@ _APPLY_CACHE: dict[str, ptx_model.Module] = {}  # per apply-pool process: parsed
 def _apply_from_file(ptx_path: str, genome_json: dict, clock_entry: str | None
                      ) -> tuple[Applied, str | None]:
     """Apply a genome in a pool process (the baseline is parsed once per process); with
-    ``clock_entry``, also instrument the result for clock64 (None if that fails: the
-    backend then tries again itself and reports why)."""
-    from harness.instrument import instrument
+    ``clock_entry``, also the result with its clock64 twin (``with_clock_twin``; None if
+    that fails: the backend then instruments it itself and reports why)."""
+    from harness.instrument import with_clock_twin
 
     if ptx_path not in _APPLY_CACHE:
         with open(ptx_path) as f:
             _APPLY_CACHE[ptx_path] = ptx_model.parse(f.read(), ptx_path)
     applied = apply_genome(_APPLY_CACHE[ptx_path], Genome.from_json(genome_json))
-    clock = None
+    twin = None
     if clock_entry is not None:
         try:
-            clock = instrument(applied.ptx, clock_entry)
+            twin = with_clock_twin(applied.ptx, clock_entry)
         except Exception:
-            clock = None
-    return applied, clock
+            twin = None
+    return applied, twin
 
 
-def _variant(genome: Genome, applied: Applied, clock_ptx: str | None = None) -> Variant:
+def _variant(genome: Genome, applied: Applied, twin_ptx: str | None = None) -> Variant:
     return Variant(genome, applied.ptx, ptx_hash(applied.ptx), outcomes=list(applied.outcomes),
-                   clock_ptx=clock_ptx)
+                   twin_ptx=twin_ptx)
 
 
 def _with_code(m: Measurement, v: Variant) -> Measurement:

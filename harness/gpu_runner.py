@@ -121,14 +121,15 @@ class Runner:
         return cp.empty(ARENA_BYTES, dtype=cp.uint8), f"own arena ({why})"
 
     def function(self, cubin: bytes, entry: str):
-        """The kernel ``entry`` of ``cubin``, loaded once per distinct cubin (in-memory load)."""
-        key = (hashlib.sha256(cubin).hexdigest(), entry)
-        fn = _lru_get(self._modules, key)
-        if fn is None:
+        """The kernel ``entry`` of ``cubin``, loaded once per distinct cubin (in-memory load):
+        a variant and its clock64 twin share one cubin (``instrument.with_clock_twin``)."""
+        key = hashlib.sha256(cubin).hexdigest()
+        module = _lru_get(self._modules, key)
+        if module is None:
             module = self.cp.cuda.function.Module()
             module.load(bytes(cubin))
-            fn = _lru_put(self._modules, key, module.get_function(entry), _CACHE_LIMITS["modules"])
-        return fn
+            _lru_put(self._modules, key, module, _CACHE_LIMITS["modules"])
+        return module.get_function(entry)  # a lookup in the loaded module, microseconds
 
     def buffers(self, spec) -> dict:
         """A uint8 device buffer per buffer param, ``CANARY_BYTES`` longer, at fixed places.

@@ -69,7 +69,7 @@ def time_clock64(runner, request) -> tuple[list[float], dict]:
     if request.clock_cubin is None:
         raise TimingFailed(f"{TIMING_FAILED}: spec {spec.name} times with clock64 but the "
                            "request has no clock_cubin (instrument the variant)")
-    fn = runner.function(request.clock_cubin, spec.entry)
+    fn = runner.function(request.clock_cubin, request.clock_entry or spec.entry)
     bufs = runner.buffers(spec)
     images = runner.seed_data(spec, request.timing_seed)[1]
     args = runner.args(spec, bufs)

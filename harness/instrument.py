@@ -43,6 +43,9 @@ from genomes.ptx import Directive, Instruction, Label, Line, Param, parse
 CLOCK_PARAM = "__evo_clock"
 """Name of the u64 pointer param appended to an instrumented entry."""
 
+CLOCK_ENTRY_SUFFIX = "__evo_clock"
+"""``with_clock_twin`` names the instrumented copy of entry ``k`` ``k__evo_clock``."""
+
 CLOCK_POISON = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
 """What the clock buffer holds before the launch; a word still equal to it was not written."""
 
@@ -180,6 +183,33 @@ def instrument(ptx_text: str, entry: str) -> str:
     fn.body = body
     fn.signature = _add_param(fn.signature, bool(fn.params))
     fn.params = [*fn.params, Param(CLOCK_PARAM, ".u64", True)]
+    return module.render()
+
+
+def clock_entry_name(entry: str) -> str:
+    return entry + CLOCK_ENTRY_SUFFIX
+
+
+def with_clock_twin(ptx_text: str, entry: str) -> str:
+    """PTX holding ``entry`` unchanged and, right after it, its instrumented twin
+    ``clock_entry_name(entry)`` (``instrument``'s version of it, renamed).
+
+    One ptxas run then assembles both, instead of two runs (~10 ms of process start-up
+    each). ptxas compiles every entry on its own, so the variant's machine code is the
+    same as when assembled alone (checked for the suite, tests/test_instrument.py): its
+    store key (``cubin_text_hash(cubin, [entry])``) does not change. Labels and
+    registers are scoped to their function, so the copy needs no other renaming.
+    """
+    twin = parse(instrument(ptx_text, entry)).entry(entry)
+    renamed = clock_entry_name(entry)
+    signature, count = re.subn(rf"(?<![\w$]){re.escape(entry)}(?=\s*\()", renamed,
+                               twin.signature, count=1)
+    if count != 1:
+        raise InstrumentError(f"cannot find the name of entry {entry!r} in its signature")
+    twin.name, twin.signature = renamed, signature
+    module = parse(ptx_text)
+    at = module.parts.index(module.entry(entry)) + 1
+    module.parts[at:at] = ["\n\n", twin]
     return module.render()
 
 

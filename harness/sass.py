@@ -22,6 +22,7 @@ import re
 import struct
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from harness.toolchain import MissingToolError, cuobjdump_env, find_cuobjdump
@@ -129,8 +130,10 @@ def _elf_text_sections(cubin: bytes) -> list[tuple[str, bytes]]:
     return sorted(sections)
 
 
-def cubin_text_hash(cubin: bytes) -> str:
-    """sha256 over the ``.text.<function>`` sections (name, size, bytes) of a cubin.
+def cubin_text_hash(cubin: bytes, functions: Iterable[str] | None = None) -> str:
+    """sha256 over the ``.text.<function>`` sections (name, size, bytes) of a cubin, or of
+    those of ``functions`` only (a cubin holding a variant and its clock64 twin is keyed
+    by the variant alone).
 
     Only the machine code is hashed: other sections (symbol tables, ``.nv.info``
     attributes, notes) can differ between programs whose code is identical.
@@ -138,7 +141,10 @@ def cubin_text_hash(cubin: bytes) -> str:
     global symbol they address would collide; evo's variants never do that.
     """
     digest = hashlib.sha256()
+    wanted = None if functions is None else {f".text.{f}" for f in functions}
     for name, data in _elf_text_sections(cubin):
+        if wanted is not None and name not in wanted:
+            continue
         digest.update(name.encode() + b"\0" + struct.pack("<Q", len(data)) + data)
     return digest.hexdigest()
 

@@ -64,6 +64,8 @@ class MeasureRequest:
     Timing stops once the standard error of the reported cycles (``central``, a smoothed
     median) is under ``target_rel_sem`` of them (after at least ``min_reps`` samples) or
     after ``max_reps`` samples.
+    ``clock_cubin`` may be ``cubin`` itself holding the instrumented twin as entry
+    ``clock_entry`` (``harness.instrument.with_clock_twin``).
     ``check_reference=True`` also compares the baseline with the spec's NumPy reference
     (to validate the suite itself). ``baseline_cycles`` enables the ">10x speedup" flag.
     """
@@ -82,6 +84,7 @@ class MeasureRequest:
     baseline_cycles: float | None = None
     kernel_name: str = ""
     check_reference: bool = False
+    clock_entry: str | None = None  # the timed entry of clock_cubin (None: spec.entry)
 
     def __post_init__(self):
         if len(self.check_seeds) < MIN_CHECK_SEEDS:

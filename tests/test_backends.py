@@ -122,7 +122,9 @@ def test_gpu_backend_builds_requests_and_spreads_over_gpus():
         return workers[gpu]
 
     backend = GpuBackend([0, 1], seed=7, worker_factory=factory)
-    ev = Evaluator(backend, Store(":memory:"))
+    # No apply pool (as on a machine with few cores): the backend instruments each variant
+    # itself (test_evaluate covers the pool's variant-and-twin modules).
+    ev = Evaluator(backend, Store(":memory:"), apply_workers=0)
     spec = find_kernel("gemm_tile_2x2x2")
     genomes = [parse_inline(g) for g in ("vec_ld", "vec_st", "vec_ld,vec_st", "reorder(strategy=loads_first)")]
     results = ev.evaluate(spec, genomes)
@@ -133,6 +135,7 @@ def test_gpu_backend_builds_requests_and_spreads_over_gpus():
     assert base_req.baseline_cycles is None and base_req.cubin == base_req.baseline_cubin
     for r in requests:
         assert r.clock_cubin and r.clock_cubin != r.cubin  # clock64 spec: instrumented cubin
+        assert r.clock_entry is None  # ... whose entry has the kernel's own name
         assert len(set(r.check_seeds)) == CHECK_SEEDS and r.timing_seed not in r.check_seeds
         if r is not base_req:
             assert r.baseline_cycles == ev.baseline(spec).cycles and not r.check_reference

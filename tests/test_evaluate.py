@@ -192,10 +192,10 @@ def test_parallel_apply_gives_the_same_variants_as_serial():
         pooled_eval.close()
     assert [a.ptx for a, _ in pooled] == [a.ptx for a, _ in serial]
     assert [a.outcomes for a, _ in pooled] == [a.outcomes for a, _ in serial]
-    # The pool also instruments for clock64, exactly as the backend would itself.
-    from harness.instrument import instrument
+    # The pool also adds the clock64 twin entry to each variant.
+    from harness.instrument import with_clock_twin
 
-    assert [c for _, c in pooled] == [instrument(a.ptx, spec.entry) for a, _ in serial]
+    assert [t for _, t in pooled] == [with_clock_twin(a.ptx, spec.entry) for a, _ in serial]
 
 
 class ClockBackend(CountingBackend):
@@ -206,27 +206,37 @@ class ClockBackend(CountingBackend):
     def __init__(self):
         super().__init__()
         self.prepared: list[int] = []
-        self.clock_cubins: list = []
+        self.variants: list = []
 
     def prepare(self, spec, variants):
         self.prepared.append(sum(v.clock_cubin is None for v in variants))
 
     def measure_many(self, spec, variants, baseline=None):
-        self.clock_cubins += [v.clock_cubin for v in variants if not v.is_baseline]
+        self.variants += [v for v in variants if not v.is_baseline]
         return super().measure_many(spec, variants, baseline)
 
 
-def test_clock64_twins_assemble_in_the_same_ptxas_wave(tmp_path):
-    """With the apply pool, each variant comes with its instrumented twin, assembled with it:
-    the backend gets them ready (no second ptxas wave), and stats count variants only."""
+def test_clock64_twins_assemble_with_their_variants(tmp_path):
+    """With the apply pool, each variant and its instrumented twin are one module, one ptxas
+    run: the backend gets the twin ready, as another entry of the variant's own cubin, and
+    the store key is the variant's code alone (the same as assembled without the twin)."""
+    from harness.instrument import clock_entry_name
+    from harness.sass import _elf_text_sections
+
     spec, backend = find_kernel(KERNEL), ClockBackend()
     assert spec.timing == "clock64"
+    genomes = _genomes("vec_ld", "vec_st", "vec_ld,vec_st", "cache_ld(policy=cg)")
     ev = Evaluator(backend, Store(tmp_path / "s.sqlite"), apply_workers=2)
     try:
-        ev.evaluate(spec, _genomes("vec_ld", "vec_st", "vec_ld,vec_st", "cache_ld(policy=cg)"))
+        twinned = ev.evaluate(spec, genomes)
     finally:
         ev.close()
     assert backend.prepared[-1] == 0  # every variant to measure already had its twin
-    assert len(backend.clock_cubins) == 4
-    assert all(isinstance(c, bytes) and c[:4] == b"\x7fELF" for c in backend.clock_cubins)
-    assert ev.stats.compiled == 4
+    assert ev.stats.compiled == 4 and len(backend.variants) == 4
+    for v in backend.variants:
+        assert v.clock_cubin is v.compiled.cubin and v.clock_entry == clock_entry_name(spec.entry)
+        sections = {name for name, _ in _elf_text_sections(v.clock_cubin)}
+        assert sections == {f".text.{spec.entry}", f".text.{v.clock_entry}"}
+    plain = Evaluator(CountingBackend(), Store(tmp_path / "plain.sqlite")).evaluate(spec, genomes)
+    assert [m.sass_hash for m in twinned] == [m.sass_hash for m in plain]
+    assert [m.registers for m in twinned] == [m.registers for m in plain]

@@ -39,8 +39,10 @@ class FakeRunner:
         self.stream = type("Stream", (), {"synchronize": lambda self: None})()
         self.uploads = self.launches = self.since_upload = 0
         self.broken = broken
+        self.entries: list[str] = []
 
     def function(self, cubin, entry):
+        self.entries.append(entry)
         return "fn"
 
     def buffers(self, spec):
@@ -83,6 +85,14 @@ def test_the_first_launch_after_each_upload_is_kept_out_of_the_samples():
     assert runner.launches == runner.uploads * (gpu_timing.CLOCK_BATCH + 1)
     assert notes["after_upload_median"] == AFTER_UPLOAD
     assert notes["launches_per_upload"] == f"1 untimed + {gpu_timing.CLOCK_BATCH}"
+    assert runner.entries == ["gemm_tile_2x2x2"]  # no clock_entry: the kernel's own name
+
+
+def test_the_twin_entry_is_timed_when_named():
+    runner = FakeRunner()
+    gpu_timing.time_clock64(runner, request(warmup=0, min_reps=8, max_reps=8,
+                                            clock_entry="gemm_tile_2x2x2__evo_clock"))
+    assert runner.entries == ["gemm_tile_2x2x2__evo_clock"]
 
 
 def test_unwritten_clock_words_fail_timing_with_the_reason():

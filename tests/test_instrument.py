@@ -83,6 +83,27 @@ def test_every_suite_kernel_assembles_instrumented(suite):
     assert sum(spec.timing == "clock64" for spec in suite) >= 64
 
 
+def test_clock_twin_leaves_the_variant_code_as_assembled_alone(suite):
+    """with_clock_twin: one module with the kernel and its instrumented copy; ptxas gives
+    the kernel the same code and registers as alone, and the copy those of instrument()."""
+    from harness.instrument import clock_entry_name, with_clock_twin
+    from harness.sass import _elf_text_sections, cubin_text_hash
+
+    kernels = [s for s in suite if not s.name.startswith("gemm_tile_1")]  # skip ~1 s ptxas runs
+    twins = compile_many([with_clock_twin(s.ptx_text(), s.entry) for s in kernels])
+    alone = compile_many([s.ptx_text() for s in kernels])
+    instrumented = compile_many([instrument(s.ptx_text(), s.entry) for s in kernels])
+    for spec, t, a, i in zip(kernels, twins, alone, instrumented):
+        assert t.ok, (spec.name, t.error)
+        assert cubin_text_hash(t.cubin, [spec.entry]) == cubin_text_hash(a.cubin), spec.name
+        assert t.registers == a.registers and t.shared_mem == a.shared_mem, spec.name
+        twin = clock_entry_name(spec.entry)
+        assert t.functions[twin].registers == i.registers, spec.name
+        # the twin's machine code is instrument()'s, under its own name
+        twin_code = dict(_elf_text_sections(t.cubin))[f".text.{twin}"]
+        assert twin_code == dict(_elf_text_sections(i.cubin))[f".text.{spec.entry}"], spec.name
+
+
 def test_clock_param_is_last_and_u64(suite):
     for spec in suite:
         out = instrument(spec.ptx_text(), spec.entry)

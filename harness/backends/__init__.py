@@ -42,8 +42,9 @@ class Variant:
     compiled: CompileResult | None = None
     code_hash: str = ""
     is_baseline: bool = False
-    clock_ptx: str | None = None  # instrumented PTX, when made ahead (apply pool)
+    twin_ptx: str | None = None  # the PTX with its clock64 twin entry, made in the apply pool
     clock_cubin: bytes | str | None = None  # gpu backend: instrumented cubin (or why none)
+    clock_entry: str | None = None  # the entry of clock_cubin to time (None: the spec's)
 
 
 class Backend:

@@ -92,9 +92,6 @@ class GpuBackend(Backend):
         texts: list[str | None] = []
         errors: dict[int, str] = {}
         for i, v in enumerate(variants):
-            if v.clock_ptx is not None:  # instrumented ahead, in the apply pool
-                texts.append(v.clock_ptx)
-                continue
             try:
                 texts.append(instrument(v.ptx, spec.entry))
             except EvoError as err:
@@ -113,7 +110,8 @@ class GpuBackend(Backend):
 
     def prepare(self, spec, variants: list[Variant]) -> None:
         """Instrument and assemble the clock64 cubins ahead of measuring (CPU work), for
-        the variants that do not have theirs yet."""
+        the variants that do not have theirs yet (the Evaluator's apply pool usually
+        assembles each variant with its twin in one module)."""
         todo = [v for v in variants if v.clock_cubin is None]
         if spec.timing == "clock64" and todo:
             for v, clock in zip(todo, self._clock_cubins(spec, todo)):
@@ -143,7 +141,8 @@ class GpuBackend(Backend):
                 spec=spec, cubin=v.compiled.cubin, baseline_cubin=base_cubin, clock_cubin=clock,
                 check_seeds=seeds[:-1], timing_seed=seeds[-1], **self.timing,
                 timeout_s=self.timeout_s, baseline_cycles=base_cycles, kernel_name=spec.name,
-                check_reference=v.is_baseline and spec.reference is not None)))
+                check_reference=v.is_baseline and spec.reference is not None,
+                clock_entry=v.clock_entry)))
 
         idle = self._idle
 
