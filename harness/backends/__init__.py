@@ -53,7 +53,7 @@ class Backend:
     name = "backend"
     device = ""
     writes_store = True
-    wants_clock_ptx = False  # whether clock64 variants should come instrumented (gpu)
+    wants_clock_ptx = False  # whether clock64 variants should come with their clock64 twin (gpu)
     chosen_because = ""
 
     def prepare(self, spec, variants: list[Variant]) -> None:
