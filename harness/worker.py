@@ -257,10 +257,15 @@ class GpuWorker:
         self._started += 1
 
     def _lend_arena(self) -> bytes | None:
+        """This worker's arena handle, lent on first use; None (the child then allocates
+        its own and says so in its placement notes) when no keeper can lend one."""
         if self._keeper is None:
             from harness import arena
 
-            self._keeper = arena.keeper(self.device_id)
+            try:
+                self._keeper = arena.keeper(self.device_id)
+            except Exception:  # no keeper process at all: measuring still works
+                return None
             self._arena = self._keeper.lend()
         return self._arena
 
