@@ -232,13 +232,14 @@ def cmd_bench(args) -> int:
     with contextlib.ExitStack() as stack:
         backend = None
         if args.backend == "replay":
-            from harness.backends.replay import ReplayBackend
+            from harness.backends import make_backend
             from harness.store import Store
 
             if args.store is None or not args.store.is_file():
                 raise EvoError(f"evo bench --backend replay needs --store PATH, an existing "
                                f"measurement store (got {args.store})")
-            backend = ReplayBackend(stack.enter_context(Store(args.store)), args.device)
+            backend = make_backend("replay", store=stack.enter_context(Store(args.store)),
+                                   device=args.device)
         results = bench.run_bench(todo, strategies, base, args.out, args.backend,
                                   progress=lambda line: print(line, file=sys.stderr),
                                   oracle_kernels=oracle, keep_stores=args.keep_stores,

@@ -79,11 +79,7 @@ def plot_kernel(name: str, series: dict, path: Path) -> Path:
         ax.grid(alpha=0.3)
     title = name + (f"\n{STATIC_NOTE}" if series["static"] else "")
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, path)
 
 
 def _nan(value):
@@ -135,11 +131,7 @@ def plot_summary(runs: list[RunDir], path: Path) -> Path:
     ax.set_ylabel("speedup vs baseline" + (" (static estimate)" if static else ""))
     ax.set_title("best speedup per kernel" + (f"\n{STATIC_NOTE}" if static else ""), fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, path)
 
 
 def plot_runs(paths: list[Path]) -> list[Path]:

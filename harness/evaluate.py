@@ -216,10 +216,10 @@ class Evaluator:
         for v, c in zip(todo, compiled):
             v.compiled = c
             if c.ok:
-                # Keyed by the variant's own code (the twin's is in the same cubin).
-                only = [spec.entry] if v.twin_ptx else None
+                only = None  # keyed by the variant's own code, not its twin's beside it
                 if v.twin_ptx:
                     v.clock_cubin, v.clock_entry = c.cubin, clock_entry_name(spec.entry)
+                    only = [spec.entry]
                 v.code_hash = code_hash(cubin_text_hash(c.cubin, only), c.registers, c.shared_mem)
                 b.by_code.setdefault(v.code_hash, []).append(v)
                 continue
