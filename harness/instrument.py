@@ -33,12 +33,13 @@ the reads stay before the first load and after the last store of the kernel.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
 
 from genomes.errors import EvoError
-from genomes.ptx import Directive, Instruction, Label, Line, Param, parse
+from genomes.ptx import Directive, Function, Instruction, Label, Line, Module, Param, parse
 
 CLOCK_PARAM = "__evo_clock"
 """Name of the u64 pointer param appended to an instrumented entry."""
@@ -137,17 +138,29 @@ def instrument(ptx_text: str, entry: str) -> str:
     start and end reads to words ``2*t`` and ``2*t+1``. Other functions are unchanged.
     Raises InstrumentError if there is no such entry or the PTX already uses evo's names.
     """
+    module, fn = _module_and_entry(ptx_text, entry)
+    _instrument_entry(fn)
+    return module.render()
+
+
+def _module_and_entry(ptx_text: str, entry: str) -> tuple[Module, Function]:
+    """The parsed PTX and its ``entry``; InstrumentError if evo's names are taken or there
+    is no such entry."""
     clash = _RESERVED.search(ptx_text)
     if clash:
         raise InstrumentError(f"PTX already uses the name {clash.group(0)!r} reserved for "
                               "clock64 instrumentation (instrumented twice?)")
     module = parse(ptx_text)
     try:
-        fn = module.entry(entry)
+        return module, module.entry(entry)
     except KeyError:
         names = ", ".join(f.name for f in module.entries) or "none"
         raise InstrumentError(f"no entry {entry!r} in the PTX (entries: {names})") from None
 
+
+def _instrument_entry(fn: Function) -> None:
+    """Instrument ``fn`` in place: new body, signature and params (the old lists are
+    not mutated, so a shallow copy of a Function can be instrumented alone)."""
     body: list[Line] = []
     skips = 0
     for line in fn.body:
@@ -183,7 +196,6 @@ def instrument(ptx_text: str, entry: str) -> str:
     fn.body = body
     fn.signature = _add_param(fn.signature, bool(fn.params))
     fn.params = [*fn.params, Param(CLOCK_PARAM, ".u64", True)]
-    return module.render()
 
 
 def clock_entry_name(entry: str) -> str:
@@ -200,15 +212,16 @@ def with_clock_twin(ptx_text: str, entry: str) -> str:
     store key (``cubin_text_hash(cubin, [entry])``) does not change. Labels and
     registers are scoped to their function, so the copy needs no other renaming.
     """
-    twin = parse(instrument(ptx_text, entry)).entry(entry)
+    module, fn = _module_and_entry(ptx_text, entry)  # one parse serves both entries
+    twin = dataclasses.replace(fn)
+    _instrument_entry(twin)
     renamed = clock_entry_name(entry)
     signature, count = re.subn(rf"(?<![\w$]){re.escape(entry)}(?=\s*\()", renamed,
                                twin.signature, count=1)
     if count != 1:
         raise InstrumentError(f"cannot find the name of entry {entry!r} in its signature")
     twin.name, twin.signature = renamed, signature
-    module = parse(ptx_text)
-    at = module.parts.index(module.entry(entry)) + 1
+    at = next(i for i, part in enumerate(module.parts) if part is fn) + 1
     module.parts[at:at] = ["\n\n", twin]
     return module.render()
 
