@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(9 generations x pop 5), oracle (exhaustive, only on the "
                         "--oracle-kernels)")
     p.add_argument("--oracle-kernels", default=",".join(("gemm_tile_4x4x4", "gemm_tile_4x6x8",
-                                                          "gemm_tile_6x6x6", "gemm_tile_8x8x8")),
+                                                          "gemm_tile_6x6x6", "gemm_tile_2x4x8")),
                    help="the kernels the oracle runs on (comma-separated)")
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "replay", "static"),
                    help="gpu: measure; replay: answer from --store only (engine changes "

@@ -258,9 +258,10 @@ class Runner:
             self.check(request)
             if spec.timing == "clock64":
                 samples, notes = gpu_timing.time_clock64(self, request)
+                stats = summarize(samples, batch=gpu_timing.CLOCK_BATCH)
             else:
                 samples, notes = gpu_timing.time_events(self, request)
-            stats = summarize(samples)
+                stats = summarize(samples)
             result.valid, result.reason = True, record.OK
             result.cycles, result.p10, result.p90, result.n = (
                 stats["cycles"], stats["p10"], stats["p90"], stats["n"])

@@ -109,7 +109,8 @@ def time_clock64(runner, request) -> tuple[list[float], dict]:
     after_upload.clear()
     samples: list[float] = []
     variances = []  # per batch: launch-to-launch noise within one upload's state
-    while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem):
+    while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem,
+                             batch=CLOCK_BATCH):  # every batch but a last one is full
         cycles = batch(min(CLOCK_BATCH, request.max_reps - len(samples)))
         samples += cycles
         variances.append(float(np.var(cycles)))

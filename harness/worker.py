@@ -115,46 +115,66 @@ def _rebuild_request(values: dict) -> MeasureRequest:
 
 # How samples become one number, and when to stop taking them (applied by the GPU side).
 
-CENTRAL_FRACTION = 0.2
-"""``central`` averages this fraction of the sorted samples, around the middle one."""
+CENTRAL_FRACTION = 0.8
+"""``central`` averages this fraction of the sorted batch medians, around the middle one: a
+tenth is left out at each end, since a batch median already ignores its batch's outliers."""
 
 
 def _middle(sorted_rows: np.ndarray) -> np.ndarray:
-    """``central`` of each row of an array whose rows are sorted samples."""
+    """The mean of the middle ``CENTRAL_FRACTION`` of each row of sorted values."""
     n = sorted_rows.shape[-1]
     k = max(1, round(n * CENTRAL_FRACTION))
-    k += (n - k) % 2  # as many samples left out below as above
+    k += (n - k) % 2  # as many values left out below as above
     lo = (n - k) // 2
     return sorted_rows[..., lo:lo + k].mean(axis=-1)
 
 
-def central(samples) -> float:
-    """The reported cycle count: the mean of the middle fifth of the sorted samples.
+def batch_medians(samples, batch: int = 1) -> np.ndarray:
+    """The median of each run of ``batch`` consecutive samples (the last run may be shorter).
 
-    A median, smoothed. Measured on an H100: gemm_tile_4x6x8's per-launch cycles fall in
-    two modes three cycles apart (1243 and 1246) with about equal weight, so the plain
-    median of 320 samples jumped between them from one run to the next, even within one
-    process; the mean of the middle fifth moves smoothly with the modes' mix, while still
-    ignoring outliers (an interrupt, a clock change) as the median does.
+    The clock64 timer launches in batches, one upload of the inputs each, and an upload
+    leaves the GPU in one of a few states: on an H100 all launches after one upload ran
+    ~1243 or all ~1246 cycles; on an H200 1335 or 1338. A batch's median is its state's
+    figure, free of that batch's rare outliers."""
+    x = np.asarray(samples, dtype=np.float64)
+    if batch <= 1 or x.size == 0:
+        return x
+    return np.array([np.median(x[i:i + batch]) for i in range(0, x.size, batch)])
+
+
+def central(samples, batch: int = 1) -> float:
+    """The reported cycle count: the mean of the sorted batch medians, a tenth trimmed at
+    each end.
+
+    A median, smoothed. Launches fall in close modes (``batch_medians``), and which mode
+    a whole batch lands in varies from upload to upload. A median sits on one mode or
+    the other, and so did the mean of the middle fifth of the samples: five fresh H200
+    workers read 1335.1 or 1338.2 (0.23 % apart). Averaging the batch figures moves
+    smoothly with the modes' mix, and still ignores outliers (an interrupt, a clock change)
+    as the median does: within a batch by its median, across batches by the trim.
+    ``batch=1``: the samples themselves, trimmed.
     """
-    x = np.sort(np.asarray(samples, dtype=np.float64))
+    x = np.sort(batch_medians(samples, batch))
     return float(_middle(x)) if x.size else float("nan")
 
 
-def central_sem(samples, resamples: int = 200) -> float:
-    """Standard error of ``central``, by bootstrap (fixed RNG seed: same samples, same answer).
+def central_sem(samples, batch: int = 1, resamples: int = 200) -> float:
+    """Standard error of ``central``, by bootstrap over batches (fixed RNG seed: same
+    samples, same answer).
 
-    A bootstrap rather than the normal-theory 1.2533 * std / sqrt(n) because clock64
-    samples are integers in close modes with rare far outliers, far from normal.
+    Batches, not samples, are resampled: launches of one batch share its upload's state,
+    so they are not independent draws. A bootstrap rather than normal theory because
+    clock64 samples are integers in close modes with rare far outliers, far from normal.
     """
-    x = np.asarray(samples, dtype=np.float64)
+    x = batch_medians(samples, batch)
     if x.size < 2:
         return float("inf")
     picks = np.random.default_rng(0).integers(0, x.size, size=(resamples, x.size))
     return float(_middle(np.sort(x[picks], axis=1)).std())
 
 
-def precise_enough(samples, min_reps: int, max_reps: int, target_rel_sem: float) -> bool:
+def precise_enough(samples, min_reps: int, max_reps: int, target_rel_sem: float,
+                   batch: int = 1) -> bool:
     """True once the timing loop may stop: ``max_reps`` reached, or ``min_reps`` reached and
     the standard error of ``central`` is under ``target_rel_sem`` of it."""
     n = len(samples)
@@ -162,25 +182,25 @@ def precise_enough(samples, min_reps: int, max_reps: int, target_rel_sem: float)
         return True
     if n < min_reps:
         return False
-    center = central(samples)
-    return center > 0 and central_sem(samples) <= target_rel_sem * center
+    center = central(samples, batch)
+    return center > 0 and central_sem(samples, batch) <= target_rel_sem * center
 
 
-def summarize(samples) -> dict:
+def summarize(samples, batch: int = 1) -> dict:
     """cycles (``central``), the plain median, p10, p90, n, std, robust std and the relative
-    SEM, as floats.
+    SEM, as floats; ``batch``: launches per upload (``batch_medians``).
 
     ``robust_std`` is 1.4826 x the median absolute deviation: the std of the bulk of the
     samples. A rare launch that an interrupt or clock event stretched by a thousand cycles
     inflates ``std`` (both are recorded); it does not move the median we report.
     """
     x = np.asarray(samples, dtype=np.float64)
-    cycles = central(x)
+    cycles = central(x, batch)
     median = float(np.median(x))
     return {"cycles": cycles, "median": median, "p10": float(np.percentile(x, 10)),
             "p90": float(np.percentile(x, 90)), "n": int(x.size), "std": float(x.std()),
             "robust_std": 1.4826 * float(np.median(np.abs(x - median))),
-            "rel_sem": central_sem(x) / cycles if cycles else float("inf")}
+            "rel_sem": central_sem(x, batch) / cycles if cycles else float("inf")}
 
 
 def _serve_gpu(conn, device_id: int, arena_handle: bytes | None = None) -> None:

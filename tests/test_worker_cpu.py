@@ -137,6 +137,27 @@ def test_central_is_a_smoothed_median():
     assert 1243.0 < central(modes) < 1246.0
 
 
+def test_central_moves_smoothly_with_the_mix_of_batch_states():
+    """Each batch (one upload) runs all its launches in one of two states 3 cycles apart,
+    as on the H200. central over batches lies between the states, in proportion to
+    their mix, where the middle fifth of the samples snapped to one state."""
+    rng = np.random.default_rng(2)
+
+    def run(share_high: float) -> list[float]:
+        states = np.where(rng.random(40) < share_high, 1338.0, 1335.0)
+        return [s + n for s in states for n in rng.choice([-1.0, 0.0, 0.0, 1.0], 8)]
+
+    lows, highs = run(0.35), run(0.65)
+    assert 1335.3 < central(lows, batch=8) < central(highs, batch=8) < 1337.7
+    assert central(highs, batch=8) - central(lows, batch=8) < 2.4
+    # a batch hit by an interrupt does not move it
+    spiked = list(lows)
+    spiked[8:16] = [50_000.0] * 8
+    assert abs(central(spiked, batch=8) - central(lows, batch=8)) < 0.5
+    # batches, not launches, are the independent draws: their SEM reflects the state mix
+    assert central_sem(lows, batch=8) > central_sem(sorted(lows), batch=1) / 2
+
+
 def test_central_sem_is_small_for_steady_samples_and_repeatable():
     rng = np.random.default_rng(1)
     steady = np.round(rng.normal(1952.0, 1.5, 200))
