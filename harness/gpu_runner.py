@@ -120,12 +120,10 @@ class Runner:
                 why = f"the keeper's arena did not open: {type(err).__name__}: {err}"
         return cp.empty(ARENA_BYTES, dtype=cp.uint8), f"own arena ({why})"
 
-    def function(self, cubin: bytes, entry: str, copy: int = 0):
+    def function(self, cubin: bytes, entry: str):
         """The kernel ``entry`` of ``cubin``, loaded once per distinct cubin (in-memory load):
-        a variant and its clock64 twin share one cubin (``instrument.with_clock_twin``).
-        ``copy`` > 0 is a separate load of the same cubin: its code lies elsewhere in GPU
-        memory (``gpu_timing.CODE_COPIES`` says why the timer wants several)."""
-        key = (hashlib.sha256(cubin).hexdigest(), copy)
+        a variant and its clock64 twin share one cubin (``instrument.with_clock_twin``)."""
+        key = hashlib.sha256(cubin).hexdigest()
         module = _lru_get(self._modules, key)
         if module is None:
             module = self.cp.cuda.function.Module()

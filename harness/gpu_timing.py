@@ -7,8 +7,7 @@ loaded modules, input images):
   upload of the inputs, one untimed launch (right after the copy), then ``CLOCK_BATCH``
   timed launches back to back, each writing its own slice of one clock buffer, so a batch
   needs one readback. Uploading again every batch averages over the few states an upload
-  leaves (on an H100 all launches after one upload ran ~1243 or all ~1246 cycles). The
-  batches take turns over ``CODE_COPIES`` loads of the cubin.
+  leaves (on an H100 all launches after one upload ran ~1243 or all ~1246 cycles).
 * ``time_events``: many-block specs. The uninstrumented cubin, as a captured CUDA graph of
   K back-to-back launches replayed between two events; microseconds become cycles at the
   SM clock measured (``sm_mhz``) just before and after.
@@ -35,12 +34,6 @@ STICKY_MARKERS = ("IllegalAddress", "ILLEGAL_ADDRESS", "MisalignedAddress", "MIS
 """CUDA errors that leave the context unusable (the runner's ``healthy()`` also probes)."""
 
 CLOCK_BATCH = 8  # clock64 launches per upload of the inputs and readback of the clock words
-CODE_COPIES = 4
-"""clock64 batches take turns over this many loads of the cubin. Within one process the
-same cubin read steady to 0.1 % over 90 measurements (H200, gemm_tile_4x6x8: 1335.0 to
-1335.7 cycles), yet fresh processes read 1334 or 1337, in the same buffers: the offset
-comes with the process, and the one thing a process places anew is the kernel's code.
-Several loads put the code in several places, and the figure averages over them."""
 EVENTS_CHUNK = 10  # events-mode replays between two looks at the stopping rule
 GRAPH_TARGET_S = 1e-3  # an events-mode graph replay should take about this long
 MAX_GRAPH_LAUNCHES = 256
@@ -76,8 +69,7 @@ def time_clock64(runner, request) -> tuple[list[float], dict]:
     if request.clock_cubin is None:
         raise TimingFailed(f"{TIMING_FAILED}: spec {spec.name} times with clock64 but the "
                            "request has no clock_cubin (instrument the variant)")
-    fns = [runner.function(request.clock_cubin, request.clock_entry or spec.entry, copy=i)
-           for i in range(CODE_COPIES)]
+    fn = runner.function(request.clock_cubin, request.clock_entry or spec.entry)
     bufs = runner.buffers(spec)
     images = runner.seed_data(spec, request.timing_seed)[1]
     args = runner.args(spec, bufs)
@@ -86,7 +78,7 @@ def time_clock64(runner, request) -> tuple[list[float], dict]:
     base = clock.data.ptr
     after_upload: list[int] = []
 
-    def batch(count: int, fn) -> list[int]:
+    def batch(count: int) -> list[int]:
         # A fresh upload per batch (module docstring), then one launch more
         # than asked: the first runs right after the copy, in whatever state the copy
         # left the caches, and is kept out of the samples (its median goes in the notes).
@@ -113,17 +105,14 @@ def time_clock64(runner, request) -> tuple[list[float], dict]:
         return cycles[1:]
 
     for done in range(0, request.warmup, CLOCK_BATCH):
-        batch(min(CLOCK_BATCH, request.warmup - done), fns[0])
+        batch(min(CLOCK_BATCH, request.warmup - done))
     after_upload.clear()
     samples: list[float] = []
     variances = []  # per batch: launch-to-launch noise within one upload's state
-    per_copy: list[list[int]] = [[] for _ in fns]
     while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem,
                              batch=CLOCK_BATCH):  # every batch but a last one is full
-        copy = len(variances) % len(fns)
-        cycles = batch(min(CLOCK_BATCH, request.max_reps - len(samples)), fns[copy])
+        cycles = batch(min(CLOCK_BATCH, request.max_reps - len(samples)))
         samples += cycles
-        per_copy[copy] += cycles
         variances.append(float(np.var(cycles)))
     return samples, {"launches_per_upload": f"1 untimed + {CLOCK_BATCH}",
                      "placement": runner.placement(spec),
@@ -131,9 +120,7 @@ def time_clock64(runner, request) -> tuple[list[float], dict]:
                                              if after_upload else None),
                      "caches": f"warm ({request.warmup} warm-up launches first, and one "
                                "after each upload of the inputs)",
-                     "within_batch_std": float(np.sqrt(np.mean(variances))),
-                     # each load's own median: how far code placement moves the count
-                     "code_copies": [float(np.median(c)) if c else None for c in per_copy]}
+                     "within_batch_std": float(np.sqrt(np.mean(variances)))}
 
 
 def sm_mhz(runner) -> float:

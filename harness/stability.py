@@ -103,9 +103,6 @@ def format_report(report: StabilityReport) -> str:
                 parts.append(f"robust std {100 * m.notes['robust_std'] / m.cycles:.2f} %")
             if m.notes.get("after_upload_median") is not None:
                 parts.append(f"first launch after upload {m.notes['after_upload_median']:.0f}")
-            if m.notes.get("code_copies"):
-                parts.append("per code load " + "/".join(
-                    f"{c:.0f}" if c is not None else "-" for c in m.notes["code_copies"]))
             if m.notes.get("placement"):
                 parts.append(m.notes["placement"])
             lines.append(", ".join(parts))

@@ -40,11 +40,10 @@ class FakeRunner:
         self.uploads = self.launches = self.since_upload = 0
         self.broken = broken
         self.entries: list[str] = []
-        self.timed_with: list[str] = []  # the function of each launch
 
-    def function(self, cubin, entry, copy=0):
+    def function(self, cubin, entry):
         self.entries.append(entry)
-        return f"copy {copy}"
+        return "fn"
 
     def buffers(self, spec):
         return {}
@@ -63,7 +62,6 @@ class FakeRunner:
         self.since_upload = 0
 
     def launch(self, fn, spec, args, stream=None):
-        self.timed_with.append(fn)
         word = (args[-1] - self.clock_buf.data.ptr) // 8  # this launch's clock slice
         cycles = AFTER_UPLOAD if self.since_upload == 0 else STEADY + self.launches % 3
         self.since_upload += 1
@@ -87,28 +85,14 @@ def test_the_first_launch_after_each_upload_is_kept_out_of_the_samples():
     assert runner.launches == runner.uploads * (gpu_timing.CLOCK_BATCH + 1)
     assert notes["after_upload_median"] == AFTER_UPLOAD
     assert notes["launches_per_upload"] == f"1 untimed + {gpu_timing.CLOCK_BATCH}"
-    assert set(runner.entries) == {"gemm_tile_2x2x2"}  # no clock_entry: the kernel's own name
-
-
-def test_timed_batches_take_turns_over_separate_loads_of_the_code():
-    runner = FakeRunner()
-    copies = gpu_timing.CODE_COPIES
-    per_batch = gpu_timing.CLOCK_BATCH + 1
-    _, notes = gpu_timing.time_clock64(
-        runner, request(warmup=0, min_reps=8 * 2 * copies, max_reps=8 * 2 * copies))
-    assert len(runner.entries) == copies  # each load asked for once
-    firsts = runner.timed_with[::per_batch]  # the function of each batch
-    assert firsts == [f"copy {i % copies}" for i in range(2 * copies)]
-    assert all(len(set(runner.timed_with[i:i + per_batch])) == 1  # one load per batch
-               for i in range(0, len(runner.timed_with), per_batch))
-    assert len(notes["code_copies"]) == copies and None not in notes["code_copies"]
+    assert runner.entries == ["gemm_tile_2x2x2"]  # no clock_entry: the kernel's own name
 
 
 def test_the_twin_entry_is_timed_when_named():
     runner = FakeRunner()
     gpu_timing.time_clock64(runner, request(warmup=0, min_reps=8, max_reps=8,
                                             clock_entry="gemm_tile_2x2x2__evo_clock"))
-    assert set(runner.entries) == {"gemm_tile_2x2x2__evo_clock"}
+    assert runner.entries == ["gemm_tile_2x2x2__evo_clock"]
 
 
 def test_unwritten_clock_words_fail_timing_with_the_reason():
