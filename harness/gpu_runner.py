@@ -102,6 +102,7 @@ class Runner:
         self._seeds: OrderedDict = OrderedDict()  # (spec, seed) -> inputs, images
         self._baselines: OrderedDict = OrderedDict()  # (spec, baseline, seed, ref?) -> outputs
         self.probe_fn = None  # gpu_timing.sm_mhz loads it once
+        gpu_timing.spin_up(self)
 
     # -------------------------------------------------------------- plumbing
 
