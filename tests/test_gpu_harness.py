@@ -251,3 +251,12 @@ def test_stability_command_on_the_gpu(capsys):
     assert "keeper's arena" in out and "spread across workers" in out
     spread = float(out.split("spread across workers: ")[1].split(" %")[0])
     assert spread < 0.2, out
+
+
+def test_clock_states_script_reports_a_spread_per_gap(capsys):
+    """`python -m harness.clock_states` end to end, shortened."""
+    from harness.clock_states import GAPS_S, main
+
+    assert main(["--kernel", "gemm_tile_2x2x2", "--measurements", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("spread") == len(GAPS_S) and "SM clock" in out
