@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     except EvoError as err:
         print(f"evo: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `evo store stats runs/store.sqlite | head`
+        sys.stderr.close()  # nothing more can be printed; say nothing at exit either
+        return 0
     except KeyboardInterrupt:
         print("evo: interrupted", file=sys.stderr)
         return 130

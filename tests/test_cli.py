@@ -133,3 +133,13 @@ def test_store_merge_and_stats(tmp_path, capsys):
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "gemm_tile_2x2x2" in ln)
     assert line.split()[-2:] == ["2", "2"]
     assert main(["store", "stats", str(tmp_path / "none.sqlite")]) == 2
+
+
+def test_output_piped_into_head_ends_quietly():
+    """`evo kernels | head -1`: the reader goes away early; no traceback, exit 0."""
+    proc = subprocess.Popen([sys.executable, "-m", "evo.cli", "kernels"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # gone before evo prints (it takes a while to import): head, early
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, stderr
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
