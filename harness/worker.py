@@ -133,9 +133,9 @@ def batch_medians(samples, batch: int = 1) -> np.ndarray:
     """The median of each run of ``batch`` consecutive samples (the last run may be shorter).
 
     The clock64 timer launches in batches, one upload of the inputs each, and an upload
-    leaves the GPU in one of a few states: on an H100 all launches after one upload ran
-    ~1243 or all ~1246 cycles; on an H200 1335 or 1338. A batch's median is its state's
-    figure, free of that batch's rare outliers."""
+    can leave the GPU in one of a few states: on an H100 all launches after one upload ran
+    ~1243 or all ~1246 cycles. A batch's median is its upload's figure, free of that
+    batch's rare outliers."""
     x = np.asarray(samples, dtype=np.float64)
     if batch <= 1 or x.size == 0:
         return x
@@ -148,10 +148,11 @@ def central(samples, batch: int = 1) -> float:
 
     A median, smoothed. Launches fall in close modes (``batch_medians``), and which mode
     a whole batch lands in varies from upload to upload. A median sits on one mode or
-    the other, and so did the mean of the middle fifth of the samples: five fresh H200
-    workers read 1335.1 or 1338.2 (0.23 % apart). Averaging the batch figures moves
-    smoothly with the modes' mix, and still ignores outliers (an interrupt, a clock change)
-    as the median does: within a batch by its median, across batches by the trim.
+    the other, and so did the mean of the middle fifth of the samples. Averaging the batch
+    figures moves smoothly with the modes' mix, and still ignores outliers (an interrupt,
+    a clock change) as the median does: within a batch by its median, across batches by
+    the trim. (A lightly used H200 also switches ~0.3 % between whole measurements, which
+    no estimator within one measurement removes: BENCHMARKS.md, Precision.)
     ``batch=1``: the samples themselves, trimmed.
     """
     x = np.sort(batch_medians(samples, batch))
