@@ -5,7 +5,9 @@
 One CUDA context (``harness.gpu_runner.Runner``, an arena of its own), the kernel's
 baseline and its clock64 twin assembled once, then ``--measurements`` timings of 320
 launches at each of three gaps between them (0, 20 and 200 ms), each timing reported as
-evo reports it (``harness.worker.central``) with the SM clock read just before. Prints the
+evo reports it (``harness.worker.central``) with the SM clock measured just before, and
+the clocks nvidia-smi reports before and after each gap's run (``harness.gpu_clocks``;
+not per measurement: a query takes tens of milliseconds). Prints the
 spread per gap; ``--out`` keeps every batch median. Compare with ``evo stability``, which
 starts a fresh worker process for each figure: what moves there but not here comes with
 the process or the GPU's state when it starts, not with the timing loop.
@@ -26,6 +28,7 @@ def main(argv=None) -> int:
     from harness import gpu_timing
     from harness.backends import gpu_visible
     from harness.compile import compile_ptx
+    from harness.gpu_clocks import read_clocks
     from harness.gpu_runner import Runner
     from harness.instrument import clock_entry_name, with_clock_twin
     from harness.suite import find_kernel
@@ -54,8 +57,9 @@ def main(argv=None) -> int:
                              check_seeds=(11, 12, 13, 14, 15), timing_seed=99,
                              min_reps=reps, max_reps=reps)
     runner = Runner(0)
-    rows = []
+    rows, smi = [], {}
     for gap in GAPS_S:
+        smi[gap] = [read_clocks(0)]
         for _ in range(args.measurements):
             time.sleep(gap)
             mhz = gpu_timing.sm_mhz(runner)
@@ -65,6 +69,7 @@ def main(argv=None) -> int:
                          "batch_medians": [float(np.median(samples[i:i + gpu_timing.CLOCK_BATCH]))
                                            for i in range(0, len(samples),
                                                           gpu_timing.CLOCK_BATCH)]})
+        smi[gap].append(read_clocks(0))
     print(f"{spec.name} on {runner.device_name}, {args.measurements} measurements of {reps} "
           "launches per gap, one process")
     for gap in GAPS_S:
@@ -73,9 +78,13 @@ def main(argv=None) -> int:
         print(f"gap {1000 * gap:.0f} ms: {min(figures):.2f} .. {max(figures):.2f} cycles, "
               f"spread {100 * (max(figures) / min(figures) - 1):.3f} %, "
               f"SM clock {min(mhz):.0f} .. {max(mhz):.0f} MHz")
+        for when, clocks in zip(("before", "after"), smi[gap]):
+            print(f"  nvidia-smi {when}: {clocks.label() if clocks else 'not available'}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"kernel": spec.name, "device": runner.device_name, "rows": rows}, f)
+            json.dump({"kernel": spec.name, "device": runner.device_name, "rows": rows,
+                       "nvidia_smi": {str(g): [c.label() if c else None for c in pair]
+                                      for g, pair in smi.items()}}, f)
     return 0
 
 

@@ -60,12 +60,16 @@ def _cubin(ptx: str, what: str) -> bytes:
 
 def measure_stability(spec: KernelSpec, genome: Genome, workers: int = 5, repeats: int = 3,
                       device: int = 0, keep_arena: bool = True, worker_factory=None,
-                      seed: int = 1, progress=None) -> StabilityReport:
+                      seed: int = 1, progress=None, clock_reader=None) -> StabilityReport:
     """Measure ``genome`` on ``spec`` in ``workers`` fresh workers, ``repeats`` times each.
 
     The inputs (check and timing seeds) are the same every time, so only the process and
-    the moment differ. ``worker_factory(device, keep_arena)`` replaces ``GpuWorker`` (tests).
+    the moment differ. After each measurement the GPU's clocks and power state are read
+    (``harness.gpu_clocks``) into its notes (``gpu_clocks``), to see what moved with the
+    figure. ``worker_factory(device, keep_arena)`` replaces ``GpuWorker`` and
+    ``clock_reader(device)`` replaces ``read_clocks`` (tests).
     """
+    from harness.gpu_clocks import read_clocks
     from harness.instrument import instrument
     from harness.worker import GpuWorker, MeasureRequest
 
@@ -82,7 +86,13 @@ def measure_stability(spec: KernelSpec, genome: Genome, workers: int = 5, repeat
     report = StabilityReport(spec.name, str(genome) or "(baseline)", keep_arena)
     for i in range(workers):
         with make(device, keep_arena) as worker:
-            report.workers.append([worker.measure(request) for _ in range(repeats)])
+            report.workers.append([])
+            for _ in range(repeats):
+                m = worker.measure(request)
+                clocks = (clock_reader or read_clocks)(device)
+                if clocks is not None:
+                    m.notes["gpu_clocks"] = clocks.label()
+                report.workers[-1].append(m)
         if progress:
             progress(f"worker {i + 1}/{workers}: "
                      + ", ".join(m.label() for m in report.workers[-1]))
@@ -103,6 +113,8 @@ def format_report(report: StabilityReport) -> str:
                 parts.append(f"robust std {100 * m.notes['robust_std'] / m.cycles:.2f} %")
             if m.notes.get("after_upload_median") is not None:
                 parts.append(f"first launch after upload {m.notes['after_upload_median']:.0f}")
+            if m.notes.get("gpu_clocks"):
+                parts.append(m.notes["gpu_clocks"])
             if m.notes.get("placement"):
                 parts.append(m.notes["placement"])
             lines.append(", ".join(parts))

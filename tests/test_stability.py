@@ -81,3 +81,21 @@ def test_cli_without_a_gpu_is_one_line(capsys):
     assert main(["stability", "gemm_tile_2x2x2", "--workers", "1", "--repeats", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "could not start" in err[0]
+
+
+def test_the_gpu_clocks_after_each_measurement_are_in_the_report():
+    from harness.gpu_clocks import GpuClocks
+
+    reads = []
+
+    def reader(device):
+        reads.append(device)
+        return GpuClocks(1980.0, 2619.0 if len(reads) == 1 else 1593.0, "P0", 120.0, 41.0)
+
+    spec = find_kernel("gemm_tile_2x2x2")
+    report = measure_stability(spec, parse_inline("vec_ld"), workers=1, repeats=2, device=0,
+                               worker_factory=FakeWorker, clock_reader=reader)
+    assert reads == [0, 0]  # once after each measurement
+    text = format_report(report)
+    assert "SM 1980 MHz, memory 2619 MHz, P0, 120 W, 41 C" in text
+    assert "memory 1593 MHz" in text
