@@ -5,7 +5,7 @@
 One CUDA context (``harness.gpu_runner.Runner``, an arena of its own), the kernel's
 baseline and its clock64 twin assembled once, then ``--measurements`` timings of 320
 launches at each of three gaps between them (0, 20 and 200 ms), each timing reported as
-evo reports it (``harness.worker.central``) with the SM clock measured just before, and
+evo reports it (``harness.estimate.central``) with the SM clock measured just before, and
 the clocks nvidia-smi reports before and after each gap's run (``harness.gpu_clocks``;
 not per measurement: a query takes tens of milliseconds). Prints the
 spread per gap; ``--out`` keeps every batch median. Compare with ``evo stability``, which
@@ -32,7 +32,8 @@ def main(argv=None) -> int:
     from harness.gpu_runner import Runner
     from harness.instrument import clock_entry_name, with_clock_twin
     from harness.suite import find_kernel
-    from harness.worker import MeasureRequest, central
+    from harness.estimate import central
+    from harness.worker import MeasureRequest
 
     ap = argparse.ArgumentParser(prog="python -m harness.clock_states",
                                  description=__doc__.split("\n\n")[0])

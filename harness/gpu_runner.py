@@ -41,9 +41,9 @@ from collections import OrderedDict
 
 from harness import gate, gpu_timing, record
 from harness.arena import ARENA_BYTES
+from harness.estimate import summarize
 from harness.gpu_timing import STICKY_MARKERS, TimingFailed
 from harness.record import Measurement
-from harness.worker import summarize
 
 BASELINE_FAILED = "baseline failed"
 """Reason prefix when the unmodified kernel itself fails its checks: the variant is not judged."""

@@ -12,7 +12,7 @@ loaded modules, input images):
   K back-to-back launches replayed between two events; microseconds become cycles at the
   SM clock measured (``sm_mhz``) just before and after.
 
-Both stop by the request's rule (``harness.worker.precise_enough``). A variant that
+Both stop by the request's rule (``harness.estimate.precise_enough``). A variant that
 cannot be timed raises ``TimingFailed`` with the reason.
 """
 
@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from harness import instrument
-from harness.worker import precise_enough
+from harness.estimate import precise_enough
 
 TIMING_FAILED = "timing failed"
 """Reason prefix when a variant passed the gate but could not be timed (e.g. no clock words)."""

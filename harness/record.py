@@ -26,7 +26,7 @@ NOT_MEASURED = "not measured"  # replay miss
 class Measurement:
     """One variant on one device.
 
-    ``cycles`` is a smoothed median (``harness.worker.central``); ``p10``/``p90`` and ``n``
+    ``cycles`` is a smoothed median (``harness.estimate.central``); ``p10``/``p90`` and ``n``
     summarize the raw samples.
     ``timer`` says what produced the number: "clock64" (in-kernel SM cycle counter),
     "events" (CUDA events around a graph of launches, converted at the measured SM

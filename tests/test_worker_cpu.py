@@ -20,7 +20,8 @@ import pytest
 from harness import record
 from harness.record import Measurement
 from harness.suite import find_kernel
-from harness.worker import GpuWorker, MeasureRequest, WorkerStartError, central, central_sem, precise_enough, summarize
+from harness.estimate import central, central_sem, precise_enough, summarize
+from harness.worker import GpuWorker, MeasureRequest, WorkerStartError
 
 
 def fake_serve(conn, device_id):
