@@ -18,7 +18,7 @@ one shared backend (one GPU worker):
 their CPU work (apply, ptxas) overlaps, their measurements do not (one at a time per GPU).
 
 Results go to ``OUT/results.json`` after every (kernel, strategy), so a bench split over
-several calls (``--resume``, e.g. to fit a 10-minute limit) skips what is done, and to
+several calls (e.g. to fit a 10-minute limit) skips what is done, and so does
 ``OUT/bench.md``: per kernel baseline, best and speedup per strategy, evaluations, wall
 time; and per strategy mean / median / best cycle reduction, evolve vs greedy wins / ties
 / losses, evaluations per second (per strategy from its searches' own times, and overall
@@ -120,11 +120,13 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
     wall_before, started = results.get("wall_seconds", 0.0), time.perf_counter()
 
     def finished(kernel: str, strategy: str, entry: dict) -> None:
-        # One writer at a time: results.json is dumped whole, and never mid-change.
+        # One writer at a time: results.json is dumped whole, and never mid-change. bench.md
+        # follows each search too, so a call cut off at its time limit leaves a table.
         with lock:
             results["kernels"].setdefault(kernel, {})[strategy] = entry
             results["wall_seconds"] = round(wall_before + time.perf_counter() - started, 2)
             write_atomic(path, json.dumps(results, indent=1, sort_keys=True))
+            write_atomic(out / "bench.md", render(results, order, kernels))
             progress(f"{kernel} {strategy}: {entry['baseline']} -> {entry['best']} cycles, "
                      f"{entry['evals']} evals, {entry['seconds']:.1f} s")
 

@@ -248,3 +248,21 @@ def test_bench_curves_and_plots(tmp_path, capsys):
     for name in (kernel, "reduction"):
         assert (tmp_path / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "reduction.png" in capsys.readouterr().out
+
+
+@needs_ptxas
+def test_bench_md_follows_every_search(tmp_path, monkeypatch):
+    """A bench cut off at a time limit still leaves its table: bench.md is rewritten after
+    each (kernel, strategy), before the progress line says it finished."""
+    from evo.strategies import greedy
+    from genomes import variation
+
+    small = [g for g in variation.gene_alphabet() if str(g) in ("vec_ld(width=4)", "vec_st(width=4)")]
+    monkeypatch.setattr(greedy, "gene_alphabet", lambda: small)
+    tables = []
+    bench.run_bench(["gemm_tile_2x2x2", "gemm_tile_2x2x4"], ["greedy"], Config(), tmp_path,
+                    backend=CodeSizeBackend(), jobs=1,
+                    progress=lambda line: tables.append((tmp_path / "bench.md").read_text()))
+    assert len(tables) == 2
+    assert "| gemm_tile_2x2x2 |" in tables[0] and "gemm_tile_2x2x4" not in tables[0]
+    assert "| gemm_tile_2x2x4 |" in tables[1]
