@@ -45,6 +45,8 @@ class RunConfig:
     gpus: list = _opt([0], doc="GPU ids: one worker per GPU")
     store: str = _opt("runs/store.sqlite", doc="measurement store shared across runs")
     device: str = _opt("", doc="device name for the replay backend ('' = the only one)")
+    confirm: bool = _opt(True, doc="after each kernel, measure its baseline and best again, "
+                                   "back to back, past the store (gpu backend)")
 
 
 @dataclass(frozen=True)

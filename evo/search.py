@@ -153,6 +153,7 @@ class KernelResult:
     best: dict | None
     evals: int
     generations: int
+    confirmed: dict | None = None  # evo.run.confirm's fresh figures, where it ran
 
 
 def search_kernel(kernel: str, config: Config, measure, on_events, checkpoint: dict,

@@ -262,3 +262,20 @@ def test_clock_states_script_reports_a_spread_per_gap(capsys):
     assert main(["--kernel", "gemm_tile_2x2x2", "--measurements", "2"]) == 0
     out = capsys.readouterr().out
     assert out.count("spread") == len(GAPS_S) and "SM clock" in out
+
+
+def test_evo_run_on_the_gpu_measures_its_best_again(tmp_path):
+    """`evo run --backend gpu` end to end: the report quotes the baseline and the best
+    measured once more, back to back, at the end."""
+    import json
+
+    from evo.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "--kernel", "gemm_tile_2x2x2", "--backend", "gpu", "--generations", "2",
+                 "--pop", "3", "--store", str(tmp_path / "store.sqlite"), "--out", str(out),
+                 "-q"]) == 0
+    saved = json.loads((out / "checkpoint.json").read_text())["kernels"]["gemm_tile_2x2x2"]
+    again = saved["confirmed"]
+    assert again["baseline"] and again["best"] and again["reason"] == ""
+    assert f"{again['baseline']:.0f} -> {again['best']:.0f}" in (out / "report.md").read_text()

@@ -54,6 +54,7 @@ class Backend:
     device = ""
     writes_store = True
     wants_clock_ptx = False  # whether clock64 variants should come with their clock64 twin (gpu)
+    remeasures = False  # a second measurement of the same code is a new reading (gpu), not a copy
     chosen_because = ""
 
     def prepare(self, spec, variants: list[Variant]) -> None:

@@ -35,6 +35,7 @@ class GpuBackend(Backend):
     """Measures on the GPUs ``gpus`` (CUDA device ids); see the module docstring."""
 
     wants_clock_ptx = True
+    remeasures = True
 
     name = "gpu"
 

@@ -1,0 +1,85 @@
+"""evo run's last step per kernel: the baseline and the best measured again, back to back,
+past the store, on a backend whose readings drift (a stand-in for a GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import needs_ptxas
+
+from evo import run as run_mod
+from evo.config import Config
+from harness.backends import Backend
+from harness.record import Measurement
+
+
+class DriftingBackend(Backend):
+    """Cycles from the code's size, times a drift that grows 1 % per measurement."""
+
+    name = "drifting"
+    device = "Fake GPU"
+    remeasures = True
+
+    def __init__(self):
+        self.calls = 0
+
+    def measure_many(self, spec, variants, baseline=None):
+        out = []
+        for v in variants:
+            self.calls += 1
+            cycles = (1000.0 + len(v.compiled.cubin) % 500) * (1 + 0.01 * self.calls)
+            out.append(Measurement(spec.name, self.device, True, cycles=cycles, timer="fake",
+                                   n=1, backend=self.name))
+        return out
+
+
+@needs_ptxas
+def test_the_best_is_measured_again_at_the_end_and_reported(tmp_path, monkeypatch):
+    import harness.backends
+
+    backend = DriftingBackend()
+    monkeypatch.setattr(harness.backends, "make_backend", lambda *a, **k: backend)
+    config = Config().override("run", suite=["gemm_tile_2x2x2"], generations=2, pop=3,
+                               store=str(tmp_path / "store.sqlite"))
+    run = run_mod.start_run(config, tmp_path / "run")
+    checkpoint = run_mod.new_checkpoint(config)
+    [result] = run_mod.execute(run, config, checkpoint, verbosity=0)
+
+    searched = backend.calls
+    again = result.confirmed
+    assert again["genome"] == result.best_genome and again["reason"] == ""
+    # two fresh readings (baseline, best), later than every reading of the search
+    assert again["baseline"] > result.baseline["cycles"]
+    assert again["best"] > result.best["cycles"]
+    saved = json.loads((run.path / "checkpoint.json").read_text())
+    assert saved["kernels"]["gemm_tile_2x2x2"]["confirmed"] == again
+    events = [json.loads(ln) for ln in (run.path / "events.jsonl").read_text().splitlines()]
+    assert events[-1]["type"] == "confirm" and events[-1]["best"] == again["best"]
+    report = (run.path / "report.md").read_text()
+    assert "measured again" in report
+    assert f"{again['baseline']:.0f} -> {again['best']:.0f}" in report
+
+    # resumed: a confirmed best is not measured a third time
+    assert run_mod.confirm(backend, None, result, saved["kernels"]["gemm_tile_2x2x2"]) == again
+    assert backend.calls == searched
+
+
+@needs_ptxas
+@pytest.mark.parametrize("remeasures, confirm", [(False, True), (True, False)])
+def test_no_confirmation_where_readings_are_copies_or_when_off(tmp_path, monkeypatch,
+                                                               remeasures, confirm):
+    import harness.backends
+
+    backend = DriftingBackend()
+    backend.remeasures = remeasures  # False: as replay and static, a second reading is a copy
+    monkeypatch.setattr(harness.backends, "make_backend", lambda *a, **k: backend)
+    config = Config().override("run", suite=["gemm_tile_2x2x2"], generations=1, pop=2,
+                               store=str(tmp_path / "store.sqlite"), confirm=confirm)
+    run = run_mod.start_run(config, tmp_path / "run")
+    [result] = run_mod.execute(run, config, run_mod.new_checkpoint(config), verbosity=0)
+    assert result.confirmed is None
+    report = (run.path / "report.md").read_text()
+    assert "*measured again*" not in report  # the note comes only with figures
+    row = next(line for line in report.splitlines() if line.startswith("| gemm_tile_2x2x2"))
+    assert row.split(" | ")[4] == "-"
