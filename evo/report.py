@@ -68,23 +68,28 @@ def kernel_line(result: KernelResult) -> str:
             f"best genome {Genome.from_json(result.best_genome)}{tag}{again}")
 
 
-def table_rows(results: list[KernelResult]) -> list[tuple]:
-    rows = []
+HEADER = ("kernel", "baseline", "best", "speedup", "measured again", "best genome", "evals",
+          "timer")
+AGAIN = HEADER.index("measured again")
+
+
+def table(results: list[KernelResult]) -> list[tuple]:
+    """The header and a row per kernel; the "measured again" column only where some kernel
+    was (``evo.run.confirm``: gpu runs)."""
+    rows = [HEADER]
     for r in results:
         s = speedup(r)
         rows.append((r.kernel, _cycles(r.baseline), _cycles(r.best),
                      f"{s:.2f}x" if s else "-", confirmed(r), str(Genome.from_json(r.best_genome)),
                      str(r.evals), "static" if is_static(r) else (r.best or {}).get("timer", "")))
+    if not any(r.confirmed for r in results):
+        rows = [row[:AGAIN] + row[AGAIN + 1:] for row in rows]
     return rows
 
 
-HEADER = ("kernel", "baseline", "best", "speedup", "measured again", "best genome", "evals",
-          "timer")
-
-
 def render_table(results: list[KernelResult]) -> str:
-    rows = [HEADER, *table_rows(results)]
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(HEADER))]
+    rows = table(results)
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     if any(is_static(r) for r in results):
         lines.append(f"cycles: {STATIC} (no GPU; ranked by ptxas/SASS figures)")
@@ -110,8 +115,9 @@ def render_report(run: RunDir, results: list[KernelResult], backend: str,
     lines = [f"# evo run `{run.path.name}`", "", f"Measured with: {backend}."]
     if static:
         lines += ["", f"**All cycle figures are a {STATIC}**: no GPU was used."]
-    lines += ["", "| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
-    for row in table_rows(results):
+    header, *rows = table(results)
+    lines += ["", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for row in rows:
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
     if llm:
         lines += [""] + [f"- {line}" for line in llm_lines(llm)]
