@@ -123,7 +123,7 @@ def render_report(run: RunDir, results: list[KernelResult], backend: str,
         lines += [""] + [f"- {line}" for line in llm_lines(llm)]
     if any(r.confirmed for r in results):
         lines += ["", "*measured again*: the baseline and the best measured once more at the "
-                  "end, back to back in one worker, past the store: the speedup to quote "
+                  "end, back to back, past the store: the speedup to quote "
                   "(the search's figures were taken minutes apart)."]
     lines += ["", "Best PTX and genomes are in `best/`; every evaluation is in `events.jsonl`.",
               "Plots: `evo plot " + str(run.path) + "`.", ""]

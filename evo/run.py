@@ -130,9 +130,10 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
 
 
 def confirm(backend, spec: KernelSpec, result, saved: dict) -> dict:
-    """The kernel's baseline and best measured again, back to back in one worker, with a
-    store of their own so nothing is answered from earlier figures; kept in the kernel's
-    checkpoint entry (``saved``), so a resumed run does not measure a confirmed best twice.
+    """The kernel's baseline and best measured again, back to back (in one worker where the
+    run has one GPU; with several, each goes to the first idle one), with a store of their
+    own so nothing is answered from earlier figures; kept in the kernel's checkpoint entry
+    (``saved``), so a resumed run does not measure a confirmed best twice.
 
     Why: the search compares figures taken minutes apart, and a GPU's state can move them
     (an H200 read the same cubin ~0.3 % apart from one measurement to the next after a
