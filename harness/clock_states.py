@@ -19,8 +19,6 @@ import argparse
 import json
 import time
 
-import numpy as np
-
 GAPS_S = (0.0, 0.02, 0.2)
 
 
@@ -32,7 +30,7 @@ def main(argv=None) -> int:
     from harness.gpu_runner import Runner
     from harness.instrument import clock_entry_name, with_clock_twin
     from harness.suite import find_kernel
-    from harness.estimate import central
+    from harness.estimate import batch_medians, central
     from harness.worker import MeasureRequest
 
     ap = argparse.ArgumentParser(prog="python -m harness.clock_states",
@@ -67,9 +65,8 @@ def main(argv=None) -> int:
             samples, _ = gpu_timing.time_clock64(runner, request)
             rows.append({"gap_s": gap, "sm_mhz": mhz,
                          "cycles": central(samples, gpu_timing.CLOCK_BATCH),
-                         "batch_medians": [float(np.median(samples[i:i + gpu_timing.CLOCK_BATCH]))
-                                           for i in range(0, len(samples),
-                                                          gpu_timing.CLOCK_BATCH)]})
+                         "batch_medians": batch_medians(samples,
+                                                        gpu_timing.CLOCK_BATCH).tolist()})
         smi[gap].append(read_clocks(0))
     print(f"{spec.name} on {runner.device_name}, {args.measurements} measurements of {reps} "
           "launches per gap, one process")

@@ -44,7 +44,7 @@ def read_clocks(device: int = 0, timeout_s: float = 5.0) -> GpuClocks | None:
         return None
     if out.returncode != 0:
         return None
-    return parse_line(out.stdout.strip().splitlines()[0] if out.stdout.strip() else "")
+    return parse_line((out.stdout.strip().splitlines() or [""])[0])
 
 
 def parse_line(line: str) -> GpuClocks | None:
