@@ -1,25 +1,30 @@
-"""How steady is one cubin's clock64 figure within one process, over time?
+"""How steady is one cubin's clock64 figure within one process, over time, and what moves it?
 
-    python -m harness.clock_states [--kernel gemm_tile_4x6x8] [--measurements 30] [--out states.json]
+    python -m harness.clock_states [--kernel gemm_tile_4x6x8] [--measurements 20] [--out states.json]
 
 One CUDA context (``harness.gpu_runner.Runner``, an arena of its own), the kernel's
 baseline and its clock64 twin assembled once, then ``--measurements`` timings of 320
-launches at each of three gaps between them (0, 20 and 200 ms), each timing reported as
-evo reports it (``harness.estimate.central``) with the SM clock measured just before, and
-the clocks nvidia-smi reports before and after each gap's run (``harness.gpu_clocks``;
-not per measurement: a query takes tens of milliseconds). Prints the
-spread per gap; ``--out`` keeps every batch median. Compare with ``evo stability``, which
-starts a fresh worker process for each figure: what moves there but not here comes with
-the process or the GPU's state when it starts, not with the timing loop.
+launches under each of four conditions: back to back; 200 ms apart; with the correctness
+gate run before each timing (as in a worker's request); and with one checked launch of the
+baseline (another seed's upload, launch, readback) before every batch of the timing. Each
+timing is reported as evo reports it (``harness.estimate.central``), with the SM clock
+measured just before and after it, and nvidia-smi's clocks before and after each
+condition (``harness.gpu_clocks``; not per measurement: a query takes tens of
+milliseconds). Prints every figure and the spread per condition; ``--out`` keeps every
+batch median. Compare with ``evo stability``, which starts a fresh worker process for each
+figure: what moves there but not here comes with the process or the GPU's state when it
+starts, not with the timing loop. A condition whose figures switch between states where
+back to back does not names what moves the GPU between them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
-GAPS_S = (0.0, 0.02, 0.2)
+CONDITIONS = ("back to back", "200 ms apart", "gate before each", "checked launch before each batch")
 
 
 def main(argv=None) -> int:
@@ -36,7 +41,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.clock_states",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernel", default="gemm_tile_4x6x8")
-    ap.add_argument("--measurements", type=int, default=30, help="per gap")
+    ap.add_argument("--measurements", type=int, default=20, help="per condition")
     ap.add_argument("--out", help="write every measurement's batch medians here (JSON)")
     args = ap.parse_args(argv)
 
@@ -56,33 +61,47 @@ def main(argv=None) -> int:
                              check_seeds=(11, 12, 13, 14, 15), timing_seed=99,
                              min_reps=reps, max_reps=reps)
     runner = Runner(0)
+    base_fn = runner.function(base.cubin, spec.entry)
+
+    def one_checked_launch():
+        runner.run_checked(base_fn, spec, request.check_seeds[0])
+
     rows, smi = [], {}
-    for gap in GAPS_S:
-        smi[gap] = [read_clocks(0)]
+    for condition in CONDITIONS:
+        smi[condition] = [read_clocks(0)]
         for _ in range(args.measurements):
-            time.sleep(gap)
-            mhz = gpu_timing.sm_mhz(runner)
-            samples, _ = gpu_timing.time_clock64(runner, request)
-            rows.append({"gap_s": gap, "sm_mhz": mhz,
+            if condition == "200 ms apart":
+                time.sleep(0.2)
+            if condition == "gate before each":
+                runner.check(request)
+            before = gpu_timing.sm_mhz(runner)
+            samples, _ = gpu_timing.time_clock64(
+                runner, request,
+                one_checked_launch if condition == "checked launch before each batch" else None)
+            rows.append({"condition": condition, "sm_mhz": before,
+                         "sm_mhz_after": gpu_timing.sm_mhz(runner),
                          "cycles": central(samples, gpu_timing.CLOCK_BATCH),
                          "batch_medians": batch_medians(samples,
                                                         gpu_timing.CLOCK_BATCH).tolist()})
-        smi[gap].append(read_clocks(0))
+        smi[condition].append(read_clocks(0))
     print(f"{spec.name} on {runner.device_name}, {args.measurements} measurements of {reps} "
-          "launches per gap, one process")
-    for gap in GAPS_S:
-        figures = [r["cycles"] for r in rows if r["gap_s"] == gap]
-        mhz = [r["sm_mhz"] for r in rows if r["gap_s"] == gap]
-        print(f"gap {1000 * gap:.0f} ms: {min(figures):.2f} .. {max(figures):.2f} cycles, "
+          "launches per condition, one process")
+    for condition in CONDITIONS:
+        mine = [r for r in rows if r["condition"] == condition]
+        figures = [r["cycles"] for r in mine]
+        mhz = [m for r in mine for m in (r["sm_mhz"], r["sm_mhz_after"])]
+        print(f"{condition}: {min(figures):.2f} .. {max(figures):.2f} cycles, "
               f"spread {100 * (max(figures) / min(figures) - 1):.3f} %, "
+              f"std {100 * statistics.pstdev(figures) / statistics.mean(figures):.3f} %, "
               f"SM clock {min(mhz):.0f} .. {max(mhz):.0f} MHz")
-        for when, clocks in zip(("before", "after"), smi[gap]):
+        print("  figures: " + " ".join(f"{f:.1f}" for f in figures))
+        for when, clocks in zip(("before", "after"), smi[condition]):
             print(f"  nvidia-smi {when}: {clocks.label() if clocks else 'not available'}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"kernel": spec.name, "device": runner.device_name, "rows": rows,
-                       "nvidia_smi": {str(g): [c.label() if c else None for c in pair]
-                                      for g, pair in smi.items()}}, f)
+                       "nvidia_smi": {c: [x.label() if x else None for x in pair]
+                                      for c, pair in smi.items()}}, f)
     return 0
 
 

@@ -70,8 +70,11 @@ class TimingFailed(Exception):
     """A variant that passed the gate but could not be timed; the message is the reason."""
 
 
-def time_clock64(runner, request) -> tuple[list[float], dict]:
-    """Cycles of each launch of the instrumented cubin, read from its clock words."""
+def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]:
+    """Cycles of each launch of the instrumented cubin, read from its clock words.
+
+    ``before_batch()``, where given, runs before each batch's upload (a diagnostic:
+    ``harness.clock_states`` uses it to see what moves the GPU between states)."""
     spec = request.spec
     if request.clock_cubin is None:
         raise TimingFailed(f"{TIMING_FAILED}: spec {spec.name} times with clock64 but the "
@@ -92,6 +95,8 @@ def time_clock64(runner, request) -> tuple[list[float], dict]:
         # Suspect: on an H200 over 10 % of launches ran ~180 cycles long when every 8th
         # launch (12.5 %) was such a first one. Each launch writes its own slice of the
         # clock buffer, so a batch's launches run back to back.
+        if before_batch is not None:
+            before_batch()
         runner.upload(spec, bufs, images)
         count += 1
         clock[:count * words].fill(instrument.CLOCK_POISON)

@@ -255,13 +255,14 @@ def test_stability_command_on_the_gpu(capsys):
     assert spread < 0.2, out
 
 
-def test_clock_states_script_reports_a_spread_per_gap(capsys):
+def test_clock_states_script_reports_a_spread_per_condition(capsys):
     """`python -m harness.clock_states` end to end, shortened."""
-    from harness.clock_states import GAPS_S, main
+    from harness.clock_states import CONDITIONS, main
 
     assert main(["--kernel", "gemm_tile_2x2x2", "--measurements", "2"]) == 0
     out = capsys.readouterr().out
-    assert out.count("spread") == len(GAPS_S) and "SM clock" in out
+    assert out.count("spread") == len(CONDITIONS) and "SM clock" in out
+    assert out.count("  figures: ") == len(CONDITIONS)
 
 
 def test_evo_run_on_the_gpu_measures_its_best_again(tmp_path):
