@@ -96,12 +96,14 @@ class Runner:
         self.stream.use()
         self._arena, self.arena_source = self._open_arena(arena_handle)
         self.probe_out = self._arena[:32].view(cupy.uint64)
+        self.settle_out = self._arena[64:96]  # gpu_timing's settle kernel writes here
         self.clock_buf = self._arena[BUFFER_ALIGN:RESERVED_BYTES].view(cupy.uint64)
         self._modules: OrderedDict = OrderedDict()
         self._buffers: OrderedDict = OrderedDict()
         self._seeds: OrderedDict = OrderedDict()  # (spec, seed) -> inputs, images
         self._baselines: OrderedDict = OrderedDict()  # (spec, baseline, seed, ref?) -> outputs
         self.probe_fn = None  # gpu_timing.sm_mhz loads it once
+        self.settle_fn = None  # gpu_timing._settle loads it once
         gpu_timing.spin_up(self)
 
     # -------------------------------------------------------------- plumbing

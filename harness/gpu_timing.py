@@ -6,8 +6,14 @@ loaded modules, input images):
 * ``time_clock64``: single-block specs. The clock64-instrumented cubin runs in batches: an
   upload of the inputs, one untimed launch (right after the copy), then ``CLOCK_BATCH``
   timed launches back to back, each writing its own slice of one clock buffer, so a batch
-  needs one readback. Uploading again every batch averages over the few states an upload
-  leaves (on an H100 all launches after one upload ran ~1243 or all ~1246 cycles).
+  needs one readback, and after them one launch of a tiny *settle* kernel that loads one
+  word of the kernel's first buffer. Both serve one end: that successive batches do not
+  all sit in the same GPU latency state, so that the figure, an average over batches,
+  lands on the same mix of states in every measurement. Uploading again every batch does
+  that for the states an upload leaves (on an H100 all launches after one upload ran
+  ~1243 or all ~1246 cycles); the settle launch for the states that outlast uploads (on
+  H200s, whole measurements read ~1312 or ~1315 cycles, whole processes too; with it,
+  both mix within each measurement: see ``_SETTLE_PTX``).
 * ``time_events``: many-block specs. The uninstrumented cubin, as a captured CUDA graph of
   K back-to-back launches replayed between two events; microseconds become cycles at the
   SM clock measured (``sm_mhz``) just before and after.
@@ -66,6 +72,43 @@ $L_spin:
 """  # one thread spins ~1 ms on %globaltimer (ns), reading %clock64 at both ends: SM MHz
 
 
+_SETTLE_PTX = r"""
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry evo_settle(.param .u64 src, .param .u64 out)
+{
+    .reg .b64 %r<4>; .reg .b32 %v<1>;
+    mov.u64 %r0, %clock64;
+    ld.param.u64 %r3, [src]; cvta.to.global.u64 %r3, %r3;
+    ld.global.u32 %v0, [%r3];
+    ld.param.u64 %r2, [out]; cvta.to.global.u64 %r2, %r2;
+    st.global.u32 [%r2+16], %v0;
+    mov.u64 %r1, %clock64;
+    st.global.u64 [%r2], %r0; st.global.u64 [%r2+8], %r1;
+    ret;
+}
+"""
+"""One thread loads the first word of ``src`` and stores it (with its own clock64 reads,
+which nothing uses: the kernel is kept exactly as it was measured) to ``out``. Launched
+once after each clock64 batch. Measured on H200s (session 4 of BENCHMARKS.md, Precision):
+without it the same cubin read one of two figures ~3 cycles apart for whole measurements
+(gemm_tile_4x6x8 1312 or 1315, gemm_tile_2x2x2 442 or 445), switching at no event we
+could find; with it every measurement read near the middle (1313.4 +- 0.05 %), and five
+fresh workers agreed within 0.05 %. A settle kernel without the load did not do it, so the
+mechanism is a guess: the load, from whichever SM runs it, moves the buffer's lines
+between the L2's partitions. Clocks (1980 / 3201 MHz, P0), code and buffer placement,
+and the kernel-parameter fetch were each ruled out."""
+
+
+def _settle(runner, src) -> None:
+    if runner.settle_fn is None:
+        module = runner.cp.cuda.function.Module()
+        module.load(_SETTLE_PTX.encode() + b"\0")  # PTX: the driver JIT-compiles it once
+        runner.settle_fn = module.get_function("evo_settle")
+    runner.settle_fn((1, 1, 1), (1, 1, 1), (src, runner.settle_out))
+
+
 class TimingFailed(Exception):
     """A variant that passed the gate but could not be timed; the message is the reason."""
 
@@ -102,6 +145,8 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         clock[:count * words].fill(instrument.CLOCK_POISON)
         for i in range(count):
             runner.launch(fn, spec, args + [base + 8 * words * i])
+        if bufs:
+            _settle(runner, next(iter(bufs.values())))
         runner.stream.synchronize()
         rows = clock[:count * words].get().reshape(count, words)
         pairs = rows.reshape(count, -1, 2)
@@ -126,7 +171,7 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         cycles = batch(min(CLOCK_BATCH, request.max_reps - len(samples)))
         samples += cycles
         variances.append(float(np.var(cycles)))
-    return samples, {"launches_per_upload": f"1 untimed + {CLOCK_BATCH}",
+    return samples, {"launches_per_upload": f"1 untimed + {CLOCK_BATCH} + 1 settle",
                      "placement": runner.placement(spec),
                      "after_upload_median": (float(np.median(after_upload))
                                              if after_upload else None),

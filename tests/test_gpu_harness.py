@@ -55,12 +55,11 @@ def worker():
 def test_clock64_medians_agree_across_fresh_processes():
     """Same cubin, five fresh worker processes: reported cycles within 0.2 %.
 
-    Measured on gemm_tile_4x6x8 (~1250-1370 cycles): back-to-back launches vary by a std of
-    0.2 % (H200), 0.3 % (one H100) and 0.6 % (another H100). On an H200 that had been
-    lightly used, the figure also switched between ~1333 and ~1337 from one measurement
-    to the next (in one worker, with 4 loads of the code agreeing within each); after a
-    busy minute five workers agreed within 0.04 %. This test failed at 0.22-0.24 % in
-    three of four runs of session 3 (BENCHMARKS.md, Precision).
+    Measured on gemm_tile_4x6x8 (~1210-1340 cycles, depending on the machine): H200s
+    hold a latency state for whole measurements, one of two ~3 cycles apart (0.2-0.3 %),
+    which failed this test in 4 of 5 runs before the timer's settle launch (one load of
+    the kernel's first buffer after each batch: harness.gpu_timing._SETTLE_PTX) mixed both
+    states into every measurement (BENCHMARKS.md, Precision).
 
     Placement: with an arena of its own, each fresh process could get other physical memory
     and read 1367.3 / 1367.6 / 1334.7 cycles (H200; 0.24 % apart on an H100). The workers

@@ -40,13 +40,20 @@ class FakeRunner:
         self.uploads = self.launches = self.since_upload = 0
         self.broken = broken
         self.entries: list[str] = []
+        self.events: list[str] = []  # "upload", "launch" and "settle <buffer>", in order
+        self.settle_out = "settle words"
+        self.settle_fn = self._settle  # set, so gpu_timing loads no settle module
+
+    def _settle(self, grid, block, args):
+        assert grid == block == (1, 1, 1) and args[1] == self.settle_out
+        self.events.append(f"settle {args[0]}")
 
     def function(self, cubin, entry):
         self.entries.append(entry)
         return "fn"
 
     def buffers(self, spec):
-        return {}
+        return {"a": "buffer a", "b": "buffer b"}
 
     def seed_data(self, spec, seed):
         return {}, {}
@@ -60,12 +67,14 @@ class FakeRunner:
     def upload(self, spec, bufs, images):
         self.uploads += 1
         self.since_upload = 0
+        self.events.append("upload")
 
     def launch(self, fn, spec, args, stream=None):
         word = (args[-1] - self.clock_buf.data.ptr) // 8  # this launch's clock slice
         cycles = AFTER_UPLOAD if self.since_upload == 0 else STEADY + self.launches % 3
         self.since_upload += 1
         self.launches += 1
+        self.events.append("launch")
         if not self.broken:
             self.clock_buf.host[word:word + 2] = (np.uint64(10_000), np.uint64(10_000 + cycles))
 
@@ -84,8 +93,15 @@ def test_the_first_launch_after_each_upload_is_kept_out_of_the_samples():
     assert runner.uploads == 1 + 32 // gpu_timing.CLOCK_BATCH  # warm-up batch, then timed ones
     assert runner.launches == runner.uploads * (gpu_timing.CLOCK_BATCH + 1)
     assert notes["after_upload_median"] == AFTER_UPLOAD
-    assert notes["launches_per_upload"] == f"1 untimed + {gpu_timing.CLOCK_BATCH}"
+    assert notes["launches_per_upload"] == f"1 untimed + {gpu_timing.CLOCK_BATCH} + 1 settle"
     assert runner.entries == ["gemm_tile_2x2x2"]  # no clock_entry: the kernel's own name
+
+
+def test_each_batch_ends_with_one_settle_launch_on_the_first_buffer():
+    runner = FakeRunner()
+    gpu_timing.time_clock64(runner, request(warmup=0, min_reps=16, max_reps=16))
+    batch = ["upload"] + ["launch"] * (gpu_timing.CLOCK_BATCH + 1) + ["settle buffer a"]
+    assert runner.events == batch * 2
 
 
 def test_the_twin_entry_is_timed_when_named():
