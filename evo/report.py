@@ -124,7 +124,7 @@ def render_report(run: RunDir, results: list[KernelResult], backend: str,
     if any(r.confirmed for r in results):
         lines += ["", "*measured again*: the baseline and the best measured once more at the "
                   "end, back to back, past the store: the speedup to quote "
-                  "(the search's figures were taken minutes apart)."]
+                  "(the search's figures were taken at different moments, as the search went)."]
     lines += ["", "Best PTX and genomes are in `best/`; every evaluation is in `events.jsonl`.",
               "Plots: `evo plot " + str(run.path) + "`.", ""]
     return "\n".join(lines)

@@ -135,9 +135,9 @@ def confirm(backend, spec: KernelSpec, result, saved: dict) -> dict:
     own so nothing is answered from earlier figures; kept in the kernel's checkpoint entry
     (``saved``), so a resumed run does not measure a confirmed best twice.
 
-    Why: the search compares figures taken minutes apart, and a GPU's state can move them
-    (an H200 read the same cubin ~0.3 % apart from one measurement to the next after a
-    light minute: BENCHMARKS.md, Precision). Measured at one moment, the two figures give
+    Why: the search compares figures taken at different moments (minutes apart in a long
+    run), and a GPU's state can move them (H200s read the same cubin ~0.3 % apart from one
+    measurement to the next before the timer's settle launch: BENCHMARKS.md, Precision). Measured at one moment, the two figures give
     the speedup to quote, and the gap to the search's own figures shows the drift."""
     from harness.evaluate import Evaluator
     from harness.store import Store
