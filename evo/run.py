@@ -137,8 +137,9 @@ def confirm(backend, spec: KernelSpec, result, saved: dict) -> dict:
 
     Why: the search compares figures taken at different moments (minutes apart in a long
     run), and a GPU's state can move them (H200s read the same cubin ~0.3 % apart from one
-    measurement to the next before the timer's settle launch: BENCHMARKS.md, Precision). Measured at one moment, the two figures give
-    the speedup to quote, and the gap to the search's own figures shows the drift."""
+    measurement to the next before the timer's settle launch: BENCHMARKS.md, Precision).
+    Measured at one moment, the two figures give the speedup to quote, and the gap to the
+    search's own figures shows the drift."""
     from harness.evaluate import Evaluator
     from harness.store import Store
 

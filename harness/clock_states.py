@@ -24,7 +24,8 @@ import json
 import statistics
 import time
 
-CONDITIONS = ("back to back", "200 ms apart", "gate before each", "checked launch before each batch")
+CONDITIONS = (
+    "back to back", "200 ms apart", "gate before each", "checked launch before each batch")
 
 
 def main(argv=None) -> int:

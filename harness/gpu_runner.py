@@ -48,7 +48,7 @@ from harness.record import Measurement
 BASELINE_FAILED = "baseline failed"
 """Reason prefix when the unmodified kernel itself fails its checks: the variant is not judged."""
 
-RESERVED_BYTES = 1 << 20  # the arena's head: SM-clock probe words and clock64 buffers
+RESERVED_BYTES = 1 << 20  # the arena's head: SM-clock probe and settle words, clock64 buffers
 BUFFER_ALIGN = 512  # each buffer starts on this boundary (CuPy's pool gives the same)
 _CACHE_LIMITS = {"modules": 256, "buffers": 8, "seeds": 256}
 
