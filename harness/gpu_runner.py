@@ -102,8 +102,7 @@ class Runner:
         self._buffers: OrderedDict = OrderedDict()
         self._seeds: OrderedDict = OrderedDict()  # (spec, seed) -> inputs, images
         self._baselines: OrderedDict = OrderedDict()  # (spec, baseline, seed, ref?) -> outputs
-        self.probe_fn = None  # gpu_timing.sm_mhz loads it once
-        self.settle_fn = None  # gpu_timing._settle loads it once
+        self.own_kernels: dict = {}  # gpu_timing's probe and settle kernels, by entry name
         gpu_timing.spin_up(self)
 
     # -------------------------------------------------------------- plumbing

@@ -101,12 +101,19 @@ between the L2's partitions. Clocks (1980 / 3201 MHz, P0), code and buffer place
 and the kernel-parameter fetch were each ruled out."""
 
 
-def _settle(runner, src) -> None:
-    if runner.settle_fn is None:
+def _own_kernel(runner, ptx: str, entry: str):
+    """One of the timer's own kernels (the SM-clock probe, the settle kernel), its PTX
+    loaded once per runner: the driver JIT-compiles it the first time."""
+    fn = runner.own_kernels.get(entry)
+    if fn is None:
         module = runner.cp.cuda.function.Module()
-        module.load(_SETTLE_PTX.encode() + b"\0")  # PTX: the driver JIT-compiles it once
-        runner.settle_fn = module.get_function("evo_settle")
-    runner.settle_fn((1, 1, 1), (1, 1, 1), (src, runner.settle_out))
+        module.load(ptx.encode() + b"\0")
+        fn = runner.own_kernels[entry] = module.get_function(entry)
+    return fn
+
+
+def _settle(runner, src) -> None:
+    _own_kernel(runner, _SETTLE_PTX, "evo_settle")((1, 1, 1), (1, 1, 1), (src, runner.settle_out))
 
 
 class TimingFailed(Exception):
@@ -181,11 +188,7 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
 
 
 def _probe(runner):
-    if runner.probe_fn is None:
-        module = runner.cp.cuda.function.Module()
-        module.load(_PROBE_PTX.encode() + b"\0")  # PTX: the driver JIT-compiles it once
-        runner.probe_fn = module.get_function("evo_clock_probe")
-    return runner.probe_fn
+    return _own_kernel(runner, _PROBE_PTX, "evo_clock_probe")
 
 
 def sm_mhz(runner) -> float:
