@@ -20,7 +20,7 @@ their CPU work (apply, ptxas) overlaps, their measurements do not (one at a time
 
 Results go to ``OUT/results.json`` after every (kernel, strategy), so a bench split over
 several calls (e.g. to fit a 10-minute limit) skips what is done, and so does
-``OUT/bench.md``: per kernel baseline, best and speedup per strategy, evaluations, wall
+``OUT/bench.md`` (``evo.bench_report``): per kernel baseline, best and speedup per strategy, evaluations, wall
 time; and per strategy mean / median / best cycle reduction, evolve vs greedy wins / ties
 / losses, evaluations per second (per strategy from its searches' own times, and overall
 from the bench's wall time, ``wall_seconds``, summed over calls).
@@ -34,7 +34,6 @@ every other strategy has finished every kernel), or from a priors file; bench.md
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -118,6 +117,9 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
     import threading
 
     from harness.backends import make_backend
+    from harness.spec import with_caches
+
+    from evo.bench_report import render
     from harness.suite import find_kernel
 
     out.mkdir(parents=True, exist_ok=True)
@@ -127,7 +129,8 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
     needs_greedy = [s for s in MATCHED if s in order]
     if needs_greedy and "greedy" not in order:
         order.insert(order.index(needs_greedy[0]), "greedy")
-    specs = {k: find_kernel(k) for k in kernels}  # an unknown name fails before any search
+    # an unknown name fails before any search
+    specs = {k: with_caches(find_kernel(k), base.run.caches) for k in kernels}
     owned = backend is None
     backend = backend or make_backend(backend_kind, seed=base.run.seed,
                                       timing=base.to_dict()["timing"])
@@ -185,8 +188,23 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+        if backend.remeasures:  # a GPU: what a user would run instead, timed the same way
+            _time_peers(results, specs, getattr(backend, "gpus", [0])[0], progress)
+            write_atomic(path, json.dumps(results, indent=1, sort_keys=True))
     write_atomic(out / "bench.md", render(results, order, kernels))
     return results
+
+
+def _time_peers(results: dict, specs: dict, gpu: int, progress) -> None:
+    """Each kernel's peer (``harness.peers``), once per bench folder: results["peers"]."""
+    from harness.peers import peer_or_reason
+
+    peers = results.setdefault("peers", {})
+    for name, spec in specs.items():
+        if spec.peer and name not in peers and name in results["kernels"]:
+            peers[name] = peer_or_reason(spec, gpu)
+            progress(f"{name}: peer {spec.peer}: "
+                     f"{peers[name].get('peer_us') or peers[name].get('reason')}")
 
 
 def _apply_pool():
@@ -256,6 +274,11 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
              # answered (same PTX as an earlier one, or different PTX, same machine code)
              "measured": evaluator.stats.measured,
              "curve": curve}
+    for key, summary in (("baseline_us", res.baseline), ("best_us", res.best)):
+        if summary and summary.get("valid") and summary.get("us_per_launch"):
+            entry[key] = summary["us_per_launch"]  # events timer: the memory table's figures
+            entry.update(bytes=summary["bytes_moved"], copy_gbps=summary.get("copy_gbps"),
+                         caches=summary.get("caches"))
     if backend.name == "replay":
         entry["misses"] = misses
     if prior is not None:
@@ -265,93 +288,3 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
 
 def _cycles(summary: dict | None) -> float | None:
     return summary["cycles"] if summary and summary.get("valid") else None
-
-
-def reduction(entry: dict) -> float | None:
-    """Cycle reduction of the best over the baseline, in percent."""
-    if not entry.get("baseline") or not entry.get("best"):
-        return None
-    return 100.0 * (1 - entry["best"] / entry["baseline"])
-
-
-def summary_lines(results: dict, order: list[str]) -> list[str]:
-    lines = []
-    kernels = results["kernels"]
-    for s in order:
-        reds = [r for k in kernels.values() if s in k and (r := reduction(k[s])) is not None]
-        evals = sum(k[s]["evals"] for k in kernels.values() if s in k)
-        secs = sum(k[s]["seconds"] for k in kernels.values() if s in k)
-        if reds:
-            lines.append(f"- {s}: cycle reduction mean {statistics.mean(reds):.1f} %, median "
-                         f"{statistics.median(reds):.1f} %, best {max(reds):.1f} % over "
-                         f"{len(reds)} kernels; {evals} evaluations, "
-                         f"{evals / secs if secs else 0:.1f} evaluations/s")
-    for s in order:
-        entries = [k[s] for k in kernels.values() if s in k and "measured" in k[s]]
-        evals = sum(e["evals"] for e in entries)
-        if evals:
-            measured = sum(e["measured"] for e in entries)
-            lines.append(f"- {s}: store dedup {100 * (1 - measured / evals):.0f} % "
-                         f"({evals - measured} of {evals} evaluations answered without "
-                         "measuring: same PTX or same machine code as an earlier genome)")
-    wall = results.get("wall_seconds")
-    if wall:  # against real elapsed time: with --jobs the searches' own times overlap
-        evals = sum(e["evals"] for k in kernels.values() for e in k.values())
-        lines.append(f"- bench wall time {wall:.0f} s over all strategies, "
-                     f"{evals / wall:.1f} evaluations/s overall")
-    with_oracle = [k for k in kernels.values() if "oracle" in k and reduction(k["oracle"])]
-    for s in order:
-        shares = [reduction(k[s]) / reduction(k["oracle"]) for k in with_oracle
-                  if s != "oracle" and s in k and reduction(k[s]) is not None]
-        if shares:
-            lines.append(f"- {s} reaches {100 * statistics.mean(shares):.0f} % of the oracle's "
-                         f"cycle reduction (mean over {len(shares)} kernels)")
-    for s in (*MATCHED, "evolve45", *WITH_PRIORS):
-        if s not in order or "greedy" not in order:
-            continue
-        win = tie = lose = 0
-        for k in kernels.values():
-            if s in k and "greedy" in k and k[s]["best"] and k["greedy"]["best"]:
-                ratio = k[s]["best"] / k["greedy"]["best"]
-                win += ratio < 1 - TIE
-                lose += ratio > 1 + TIE
-                tie += abs(ratio - 1) <= TIE
-        lines.append(f"- {s} vs greedy: {win} wins, {tie} ties (within {TIE:.1%}), "
-                     f"{lose} losses")
-    return lines
-
-
-def render(results: dict, order: list[str], kernels: list[str] | None = None) -> str:
-    """bench.md. Rows in suite order, then ``kernels`` order: never the order searches
-    finished in (with --jobs) nor results.json's (sorted by name)."""
-    from harness.suite import suite_names
-
-    static = "static" in results.get("backend", "")
-    head = ["kernel", "baseline"] + [f"{s} best (x, evals)" for s in order]
-    rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    rank: dict[str, int] = {}
-    for n in [*suite_names(), *(kernels or [])]:
-        rank.setdefault(n, len(rank))
-    for name in sorted(results["kernels"], key=lambda n: (rank.get(n, len(rank)), n)):
-        k = results["kernels"][name]
-        base = next((k[s]["baseline"] for s in order if s in k and k[s]["baseline"]), None)
-        cells = [name, f"{base:.0f}" if base else "-"]
-        for s in order:
-            e = k.get(s)
-            if not e or not e["best"]:
-                cells.append("-")
-                continue
-            speed = f"{e['baseline'] / e['best']:.2f}x" if e["baseline"] else "?"
-            cells.append(f"{e['best']:.0f} ({speed}, {e['evals']})")
-        rows.append("| " + " | ".join(cells) + " |")
-    title = f"Measured with {results.get('backend', '?')}."
-    if static:
-        title += " **Static estimates, not measured.**"
-    if results.get("backend", "").startswith("replay"):
-        misses = sum(e.get("misses", 0) for k in results["kernels"].values() for e in k.values())
-        title = (f"**Replayed** with {results['backend']}: answers from a measurement store, "
-                 f"nothing measured now; {misses} genomes the store did not hold counted as "
-                 "invalid.")
-    if results.get("priors"):
-        title += f" Priors of {', '.join(WITH_PRIORS)}: {results['priors']}."
-    return "\n".join([title, "", *rows, "", *summary_lines(results, order), ""])

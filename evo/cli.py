@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="learn from other kernels' results (evolve): auto (the priors shipped "
                         "with evo plus this store), none (default: a cold start), or a priors "
                         "file (evo priors build) or store")
+    p.add_argument("--caches", choices=("spec", "warm", "cold"),
+                   help="the L2 when timing: spec (each spec's own `caches`, default), warm (launches "
+                        "reuse their data, which stays in the L2 when it fits) or cold (every "
+                        "launch reads its inputs from DRAM)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
     p.add_argument("--resume", type=Path, metavar="RUN",
                    help="continue RUN from its last checkpoint (a larger --generations extends it)")
@@ -172,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", metavar="NAME",
                    help="replay: the device whose measurements to use (default: the only one)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--caches", choices=("spec", "warm", "cold"), default="spec",
+                   help="the L2 when timing: spec (each spec's own `caches`, default), warm (launches "
+                        "reuse their data, which stays in the L2 when it fits) or cold (every "
+                        "launch reads its inputs from DRAM)")
     p.add_argument("--keep-stores", action="store_true",
                    help="keep every strategy's measurement store in OUT/stores/ (for replay)")
     p.add_argument("--limit", type=int, default=0,

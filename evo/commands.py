@@ -183,7 +183,7 @@ def cmd_run(args) -> int:
     flags = {"generations": args.generations, "pop": args.pop, "max_evals": args.max_evals,
              "seed": args.seed, "backend": args.backend, "gpus": args.gpus,
              "store": args.store, "strategy": args.strategy, "suite": args.kernel,
-             "priors": args.priors}
+             "priors": args.priors, "caches": args.caches}
     verbosity = 0 if args.quiet else (2 if args.verbose else 1)
     if args.resume:
         budget = {k: v for k, v in flags.items() if k in ("generations", "max_evals")}
@@ -243,7 +243,7 @@ def cmd_bench(args) -> int:
     todo = [k for k in kernels if k not in finished] + [k for k in kernels if k in finished]
     if args.limit:
         todo = todo[:args.limit]
-    base = config_mod.Config().override("run", seed=args.seed)
+    base = config_mod.Config().override("run", seed=args.seed, caches=args.caches)
     oracle = {k.strip() for k in args.oracle_kernels.split(",") if k.strip()}
     priors = None
     if any(s in bench.WITH_PRIORS for s in strategies):

@@ -50,6 +50,9 @@ class RunConfig:
     device: str = _opt("", doc="device name for the replay backend ('' = the only one)")
     confirm: bool = _opt(True, doc="after each kernel, measure its baseline and best again, "
                                    "back to back, past the store (gpu backend)")
+    caches: str = _opt("spec", choices=("spec", "warm", "cold"),
+                       doc="the L2 when timing: each spec's own choice, or warm (launches "
+                           "reuse their data) or cold (every launch reads from DRAM) for all")
     priors: str = _opt("none", doc="what other kernels' results say (evo.learn): none, auto "
                                    "(the shipped priors and this store), or a priors file or "
                                    "store path")

@@ -161,7 +161,8 @@ def plot_bench(bench_dir: Path, kernels: list[str] | None = None, limit: int = 4
     ``plots/reduction.png`` (each strategy's cycle reduction over the kernels, sorted)."""
     import json
 
-    from evo.bench import STRATEGIES, reduction
+    from evo.bench import STRATEGIES
+    from evo.bench_report import reduction
 
     results = json.loads((bench_dir / "results.json").read_text())
     static = "static" in results.get("backend", "")

@@ -151,6 +151,47 @@ def finalist_lines(checkpoint: dict) -> list[str]:
     return lines
 
 
+def _rate(summary: dict | None) -> str | None:
+    """"2.26 µs = 3712 GB/s (107 % of the copy)" for an events-timed valid measurement."""
+    s = summary or {}
+    us, moved, copy = s.get("us_per_launch"), s.get("bytes_moved"), s.get("copy_gbps")
+    if not (s.get("valid") and us and moved):
+        return None
+    gbs = moved / us / 1e3
+    share = f" ({100 * gbs / copy:.0f} % of the copy)" if copy else ""
+    return f"{us:.2f} µs = {gbs:.0f} GB/s{share}"
+
+
+def memory_lines(results: list[KernelResult], checkpoint: dict) -> list[str]:
+    """Per many-thread (events-timed) kernel: bytes moved, the baseline's and the best's
+    GB/s against a device copy of the same bytes timed the same way (the roofline,
+    ``harness.gpu_timing.copy_gbps``), the caches, and the peer's time where it ran."""
+    lines = []
+    kernels = checkpoint.get("kernels", {})
+    for r in results:
+        base, best = _rate(r.baseline), _rate(r.best)
+        if base is None:
+            continue
+        s = r.baseline
+        line = (f"- {r.kernel}: {s['bytes_moved'] / 1e6:.1f} MB moved per launch, caches "
+                f"{s.get('caches', '?')}; copy of the same bytes {s.get('copy_gbps', 0):.0f} "
+                f"GB/s; baseline {base}; best {best or '-'}")
+        peer = kernels.get(r.kernel, {}).get("peer")
+        if peer and peer.get("peer_us"):
+            us = (r.best or {}).get("us_per_launch") if best else None
+            versus = f", best {peer['peer_us'] / us:.2f}x the peer's speed" if us else ""
+            agree = {True: "", False: " (its output DISAGREES with the reference)",
+                     None: ""}[peer.get("peer_agrees")]
+            line += f"; peer {peer['peer']}: {peer['peer_us']:.2f} µs{agree}{versus}"
+        elif peer:
+            line += f"; peer {peer['peer']} not timed: {peer['reason']}"
+        lines.append(line)
+    if lines:
+        lines.insert(0, "Memory (events timer; µs per launch from the search's figures; GB/s "
+                        "counts each input read once and each output written once):")
+    return lines
+
+
 def render_report(run: RunDir, results: list[KernelResult], backend: str,
                   llm: dict | None = None) -> str:
     static = any(is_static(r) for r in results)
@@ -165,9 +206,10 @@ def render_report(run: RunDir, results: list[KernelResult], backend: str,
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
     if llm:
         lines += [""] + [f"- {line}" for line in llm_lines(llm)]
-    finalists = finalist_lines(run.read_checkpoint()) if run.has_checkpoint() else []
-    if finalists:
-        lines += [""] + finalists
+    checkpoint = run.read_checkpoint() if run.has_checkpoint() else {}
+    for section in (memory_lines(results, checkpoint), finalist_lines(checkpoint)):
+        if section:
+            lines += [""] + section
     if any(r.confirmed for r in results):
         lines += ["", "*measured again*: the baseline and the best measured once more at the "
                   "end, back to back, past the store: the speedup to quote "

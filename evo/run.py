@@ -18,7 +18,8 @@ from pathlib import Path
 
 from genomes.errors import EvoError
 from genomes.genome import Genome, apply_genome
-from harness.spec import KernelSpec
+from harness.peers import peer_or_reason
+from harness.spec import KernelSpec, with_caches
 from harness.suite import find_kernel, list_kernels
 
 from evo import config as config_mod
@@ -106,7 +107,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     from harness.evaluate import Evaluator
     from harness.store import Store
 
-    kernels = resolve_suite(config.run.suite)
+    kernels = [with_caches(spec, config.run.caches) for spec in resolve_suite(config.run.suite)]
     store = Store(config.run.store)
     priors = (learn_source.open_source(config.run.priors, store, config.run.store)
               if config.run.strategy == "evolve" else None)  # only evolve uses priors
@@ -147,6 +148,10 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
                         run.append_events([{"type": "confirm", "kernel": spec.name,
                                             **result.confirmed}])
                     save()  # after the event, so the checkpoint covers it (events_bytes)
+                if backend.remeasures and spec.peer and "peer" not in saved:
+                    progress.note(f"{spec.name}: timing its peer {spec.peer}")
+                    saved["peer"] = peer_or_reason(spec, config.run.gpus[0])
+                    save()
                 results.append(result)
                 progress.end_kernel(result)
     except KeyboardInterrupt:

@@ -172,7 +172,12 @@ def _summary(m: Measurement) -> dict:
             # a launch other than the spec's (coarsen, block genes): part of the variant
             **({"launch": m.notes["launch"]} if "launch" in m.notes else {}),
             # how far a valid variant's outputs are from the baseline's (fast-math genes)
-            **({"max_rel_err": m.notes["max_rel_err"]} if m.notes.get("max_rel_err") else {})}
+            **({"max_rel_err": m.notes["max_rel_err"]} if m.notes.get("max_rel_err") else {}),
+            # events timing: time per launch, bytes moved and the copy roofline (report.md)
+            **{key: m.notes[key] for key in _MEMORY_NOTES if key in m.notes}}
+
+
+_MEMORY_NOTES = ("us_per_launch", "bytes_moved", "copy_gbps", "caches")
 
 
 def _measurement(kernel: str, s: dict) -> Measurement:

@@ -23,71 +23,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from genomes.errors import EvoError
 from genomes.genome import Genome, load_genome
-from harness.gate import make_inputs, reference_outputs
-from harness.peers import load_peer
-
-GRAPH_CALLS = 100  # calls per captured graph (the harness's events timer uses up to 200)
-REPLAYS = 30
-
-
-def time_graph_us(fn, torch) -> float:
-    """Median µs per call of ``fn`` over REPLAYS replays of a graph of GRAPH_CALLS calls."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()  # warm-up outside the graph (lazy init, cuBLAS/cuDNN handles)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(GRAPH_CALLS):
-            fn()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    graph.replay()
-    samples = []
-    for _ in range(REPLAYS):
-        start.record()
-        graph.replay()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1000.0 / GRAPH_CALLS)
-    return statistics.median(samples)
+from harness.peers import time_graph_us, time_peer
 
 
 def copy_bandwidth_gbs(torch, nbytes: int = 1 << 30) -> float:
     """Device copy bandwidth (read + write bytes per second), torch ``copy_``, graph-timed."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
-    us = time_graph_us(lambda: dst.copy_(src), torch)
+    us = time_graph_us([lambda: dst.copy_(src)], torch)
     return 2 * nbytes / us / 1e3
-
-
-def peer_row(spec, torch, seed: int = 5) -> dict:
-    """The peer's time on the spec's inputs, and whether it agrees with the reference."""
-    inputs = make_inputs(spec, seed)
-    tensors = {}
-    for p in spec.params:
-        value = inputs[p.name]
-        tensors[p.name] = (torch.from_numpy(np.ascontiguousarray(value)).cuda()
-                           if p.kind == "buffer" else value.item())
-    peer = load_peer(spec.peer)
-    out = peer(dict(tensors)).float().cpu().numpy().ravel()
-    want = reference_outputs(spec, inputs)
-    agrees = None
-    if want is not None:
-        expected = next(iter(want.values())).astype(np.float32)
-        agrees = bool(np.allclose(out, expected, rtol=1e-4, atol=1e-5))
-    work = dict(tensors)
-    us = time_graph_us(lambda: peer(work), torch)
-    return {"peer": spec.peer, "peer_us": us, "peer_agrees": agrees}
 
 
 def run(cases: list[tuple[str, Genome]], gpu: int = 0) -> dict:
@@ -120,7 +69,7 @@ def run(cases: list[tuple[str, Genome]], gpu: int = 0) -> dict:
                    "launch": best.notes.get("launch"), "bytes": moved,
                    "copy_gbs_same_bytes": same_bytes(max(moved // 2, 4096))}
             if spec.peer:
-                row.update(peer_row(spec, torch))
+                row.update(time_peer(spec, torch))
             rows.append(row)
             print(_line(row), file=sys.stderr, flush=True)
     finally:

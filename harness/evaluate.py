@@ -156,12 +156,12 @@ class Evaluator:
     def baseline(self, spec) -> Measurement:
         """The kernel's unmodified PTX, through the same pipeline (memoized per kernel)."""
         with self._setup_lock:
-            if spec.name not in self._baselines:
+            if spec.store_name not in self._baselines:
                 text = spec.ptx_text()
                 v = Variant(Genome(), text, ptx_hash(text), is_baseline=True)
                 m = self._finish(self._prepare(spec, [v], None, EvalStats()))[0]
-                self._baselines[spec.name] = (v.ptx_hash, v.code_hash, m)
-            return self._baselines[spec.name][2]
+                self._baselines[spec.store_name] = (v.ptx_hash, v.code_hash, m)
+            return self._baselines[spec.store_name][2]
 
     # ------------------------------------------------------------------ pipeline
     def _apply_all(self, spec, genomes: list[Genome]) -> list[tuple[Applied, str | None]]:
@@ -186,7 +186,7 @@ class Evaluator:
     def _prepare(self, spec, variants: list[Variant], base: Measurement | None,
                  stats: EvalStats) -> Batch:
         b = Batch(spec, variants, base, stats)
-        dev, kernel, store = self.backend.device, spec.name, self.store
+        dev, kernel, store = self.backend.device, spec.store_name, self.store
         known = self._baselines.get(kernel)
 
         # (2) PTX level: one entry per distinct PTX; the baseline's PTX is its measurement.
@@ -256,7 +256,7 @@ class Evaluator:
         return b
 
     def _finish(self, b: Batch) -> list[Measurement]:
-        dev, kernel, store, stats = self.backend.device, b.spec.name, self.store, b.stats
+        dev, kernel, store, stats = self.backend.device, b.spec.store_name, self.store, b.stats
         writes = self.backend.writes_store
         # (5)+(6) the backend checks and times each unique new code once.
         start = time.perf_counter()

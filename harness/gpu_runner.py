@@ -118,6 +118,7 @@ class Runner:
         props = cupy.cuda.runtime.getDeviceProperties(device_id)
         name = props["name"]
         self.device_name = name.decode() if isinstance(name, bytes) else str(name)
+        self.l2_bytes = int(props["l2CacheSize"])
         # Graph capture needs a stream other than the legacy default one.
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
@@ -130,6 +131,9 @@ class Runner:
         self._seeds: OrderedDict = OrderedDict()  # (spec, seed) -> inputs, images
         self._baselines: OrderedDict = OrderedDict()  # (spec, baseline, seed, ref?) -> outputs
         self.own_kernels: dict = {}  # gpu_timing's probe and settle kernels, by entry name
+        self.copy_rates: dict = {}  # gpu_timing.copy_gbps's figures, by (bytes, caches)
+        self._rotations: OrderedDict = OrderedDict()  # cold timing's copies of the buffers
+        self._l2_flush = None  # cold clock64 timing's flush buffer (2x the L2), made once
         gpu_timing.spin_up(self)
 
     # -------------------------------------------------------------- plumbing
@@ -215,6 +219,30 @@ class Runner:
     def upload(self, spec, bufs: dict, images: dict) -> None:
         for p in spec.buffers():
             bufs[p.name].set(images[p.name])
+
+    def rotated_args(self, spec, copies: int, images: dict) -> list[list]:
+        """Argument lists for ``copies`` sets of the spec's buffers, all holding ``images``:
+        the spec's own buffers, then copies of them (own allocations, kept for the next
+        request of the same spec: only one spec's at a time, they are large). Cold timing
+        rotates launches among them (``gpu_timing.time_events``)."""
+        key = (_spec_key(spec), copies)
+        extra = _lru_get(self._rotations, key)
+        if extra is None:
+            self._rotations.clear()
+            extra = [{p.name: self.cp.empty(p.nbytes + gate.CANARY_BYTES, dtype=self.cp.uint8)
+                      for p in spec.buffers()} for _ in range(copies - 1)]
+            _lru_put(self._rotations, key, extra, 1)
+        sets = [self.buffers(spec), *extra]
+        for bufs in sets:
+            self.upload(spec, bufs, images)
+        return [self.args(spec, bufs) for bufs in sets]
+
+    def flush_l2(self) -> None:
+        """Evict the L2 on the runner's stream: a memset of twice its size (no kernel to
+        compile). Cold clock64 timing runs it before each timed launch."""
+        if self._l2_flush is None:
+            self._l2_flush = self.cp.empty(2 * self.l2_bytes, dtype=self.cp.uint8)
+        self._l2_flush.data.memset_async(0, self._l2_flush.nbytes, self.stream)
 
     def launch(self, fn, spec, args, stream=None, shape=None) -> None:
         """Launch ``fn`` with the spec's grid and block, or ``shape`` (a Launch) if given."""

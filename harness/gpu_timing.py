@@ -20,6 +20,17 @@ loaded modules, input images):
 
 Both stop by the request's rule (``harness.estimate.precise_enough``). A variant that
 cannot be timed raises ``TimingFailed`` with the reason.
+
+Caches (the spec's ``caches``): "warm" as above, every launch on the same buffers, so data
+that fits in the L2 is read from it. "cold": every timed launch reads from DRAM. Events
+timing rotates the launches of its graph among ``cold_copies`` sets of the buffers, so
+that at least ``COLD_FACTOR`` L2s of other data pass between two uses of one set (one set
+when the buffers alone are that large); clock64 timing flushes the L2 (a memset of twice
+its size) before each timed launch. The notes' ``caches`` says which, in words.
+
+``copy_gbps``: the bandwidth of a device copy moving the same bytes (read + write), timed
+the same way and with the same caches, once per worker and size: the roofline that events
+timing's notes carry for the report (``copy_gbps``).
 """
 
 from __future__ import annotations
@@ -43,6 +54,9 @@ CLOCK_BATCH = 8  # clock64 launches per upload of the inputs and readback of the
 EVENTS_CHUNK = 10  # events-mode replays between two looks at the stopping rule
 GRAPH_TARGET_S = 1e-3  # an events-mode graph replay should take about this long
 MAX_GRAPH_LAUNCHES = 256
+COLD_FACTOR = 4  # cold: this many L2s of other data pass between two uses of one buffer set
+MAX_COLD_COPIES = 64  # a smaller kernel is timed partly warm (its notes say so)
+COPY_REPLAYS = 20  # replays of copy_gbps's graph (median)
 PROBE_SPIN_NS = 1_000_000  # the SM-clock probe spins this long (1 ms)
 SPIN_UP_S = 0.5
 """A new worker keeps the GPU busy this long before its first measurement (timing on a
@@ -135,6 +149,7 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
     args = runner.args(spec, bufs)
     words = instrument.clock_words(spec)
     clock = runner.clock_buf  # room for 1 + CLOCK_BATCH launches of a 1024-thread block
+    cold = spec.caches == "cold"
     base = clock.data.ptr
     after_upload: list[int] = []
 
@@ -151,6 +166,8 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         count += 1
         clock[:count * words].fill(instrument.CLOCK_POISON)
         for i in range(count):
+            if cold:
+                runner.flush_l2()
             runner.launch(fn, spec, args + [base + 8 * words * i], shape=request.launch)
         if bufs:
             _settle(runner, next(iter(bufs.values())))
@@ -182,8 +199,10 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
                      "placement": runner.placement(spec),
                      "after_upload_median": (float(np.median(after_upload))
                                              if after_upload else None),
-                     "caches": f"warm ({request.warmup} warm-up launches first, and one "
-                               "after each upload of the inputs)",
+                     "caches": (f"cold (the L2 flushed before each launch: a memset of "
+                                f"{2 * runner.l2_bytes >> 20} MiB)" if cold else
+                                f"warm ({request.warmup} warm-up launches first, and one "
+                                "after each upload of the inputs)"),
                      "within_batch_std": float(np.sqrt(np.mean(variances)))}
 
 
@@ -212,9 +231,10 @@ def time_events(runner, request) -> tuple[list[float], dict]:
     """Cycles per launch of the uninstrumented cubin, from CUDA events around graph replays."""
     spec, cp, stream = request.spec, runner.cp, runner.stream
     fn = runner.function(request.cubin, spec.entry)
-    bufs = runner.buffers(spec)
-    runner.upload(spec, bufs, runner.seed_data(spec, request.timing_seed)[1])
-    args = runner.args(spec, bufs)
+    images = runner.seed_data(spec, request.timing_seed)[1]
+    moved = set_bytes(spec)
+    copies = cold_copies(moved, runner.l2_bytes) if spec.caches == "cold" else 1
+    arg_sets = runner.rotated_args(spec, copies, images)
     start, stop = cp.cuda.Event(), cp.cuda.Event()
 
     def elapsed_us(run, count: int) -> float:
@@ -225,13 +245,14 @@ def time_events(runner, request) -> tuple[list[float], dict]:
         return cp.cuda.get_elapsed_time(start, stop) * 1000.0 / count
 
     def loop(count: int):
-        return lambda: [runner.launch(fn, spec, args, stream, request.launch)
-                        for _ in range(count)]
+        return lambda: [runner.launch(fn, spec, arg_sets[i % copies], stream, request.launch)
+                        for i in range(count)]
 
     loop(max(request.warmup, 1))()
     estimate = elapsed_us(loop(10), 10)  # includes the ~µs launch floor: an upper bound
     k = int(min(MAX_GRAPH_LAUNCHES, max(1, GRAPH_TARGET_S * 1e6 / max(estimate, 1e-3))))
-    notes = {"graph_launches": k, "caches": "warm (inputs reused across launches)",
+    k = max(copies, k // copies * copies)  # whole rotations: no set is reused early
+    notes = {"graph_launches": k, "caches": caches_note(spec, moved, copies, runner.l2_bytes),
              "placement": runner.placement(spec)}
     try:
         stream.begin_capture()
@@ -255,5 +276,75 @@ def time_events(runner, request) -> tuple[list[float], dict]:
     mhz_after = sm_mhz(runner)
     mhz = (mhz_before + mhz_after) / 2
     notes.update(sm_mhz_before=round(mhz_before, 1), sm_mhz_after=round(mhz_after, 1),
-                 sm_mhz=round(mhz, 1), us_per_launch=float(np.median(samples)))
+                 sm_mhz=round(mhz, 1), us_per_launch=float(np.median(samples)),
+                 bytes_moved=spec.bytes_read + spec.bytes_written,
+                 copy_gbps=round(copy_gbps(runner, spec.bytes_read + spec.bytes_written,
+                                           spec.caches), 1))
     return [us * mhz for us in samples], notes
+
+
+def set_bytes(spec) -> int:
+    """Bytes of one set of the spec's buffers (what one launch can touch)."""
+    return sum(p.nbytes for p in spec.buffers())
+
+
+def cold_copies(nbytes: int, l2_bytes: int) -> int:
+    """Sets of buffers of ``nbytes`` each that cold timing rotates among: enough that
+    ``COLD_FACTOR`` L2s of the others pass between two uses of one (at most
+    ``MAX_COLD_COPIES``); 1 when one set alone is that large."""
+    if nbytes >= COLD_FACTOR * l2_bytes:
+        return 1
+    return min(MAX_COLD_COPIES, -(-COLD_FACTOR * l2_bytes // max(nbytes, 1)) + 1)
+
+
+def caches_note(spec, nbytes: int, copies: int, l2_bytes: int) -> str:
+    """How events timing treated the L2, in words (the notes' ``caches``)."""
+    if spec.caches != "cold":
+        return "warm (inputs reused across launches)"
+    mib, l2 = nbytes / 2**20, l2_bytes >> 20
+    if copies == 1:
+        return f"cold (the buffers, {mib:.0f} MiB, exceed {COLD_FACTOR}x the {l2} MiB L2)"
+    passing = (copies - 1) * nbytes
+    warmth = "" if passing >= COLD_FACTOR * l2_bytes else \
+        f"; only {passing / l2_bytes:.1f}x the L2 passes between uses: partly warm"
+    return (f"cold (launches rotate among {copies} copies of the {mib:.2f} MiB of buffers, "
+            f"{l2} MiB L2{warmth})")
+
+
+def copy_gbps(runner, moved: int, caches: str = "warm") -> float:
+    """GB/s of a device-to-device copy moving ``moved`` bytes (half read, half written),
+    as a captured graph of copies replayed between events, with ``caches`` as the
+    kernels (cold: rotated among copies, as ``time_events`` does); once per runner."""
+    key = (moved, caches)
+    if key in runner.copy_rates:
+        return runner.copy_rates[key]
+    cp, stream = runner.cp, runner.stream
+    half = max(moved // 2, 256)
+    pairs = cold_copies(2 * half, runner.l2_bytes) if caches == "cold" else 1
+    bufs = [(cp.empty(half, dtype=cp.uint8), cp.empty(half, dtype=cp.uint8))
+            for _ in range(pairs)]
+    estimate_us = max(1.0, half / 1e3)  # ~1 TB/s: only to size the graph
+    k = int(min(MAX_GRAPH_LAUNCHES, max(1, GRAPH_TARGET_S * 1e6 / estimate_us)))
+    k = max(pairs, k // pairs * pairs)
+
+    def copies():
+        for i in range(k):
+            dst, src = bufs[i % pairs]
+            dst.data.copy_from_device_async(src.data, half, stream)
+
+    stream.begin_capture()
+    try:
+        copies()
+    finally:
+        graph = stream.end_capture()
+    graph.launch(stream)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    samples = []
+    for _ in range(COPY_REPLAYS):
+        start.record(stream)
+        graph.launch(stream)
+        stop.record(stream)
+        stop.synchronize()
+        samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / k)  # s per copy
+    runner.copy_rates[key] = rate = 2 * half / float(np.median(samples)) / 1e9
+    return rate

@@ -5,16 +5,26 @@ A peer function takes the kernel's inputs as a dict of torch tensors on the GPU 
 shaped flat as the spec gives them) and Python numbers (scalars), by param name, and
 returns the output the kernel writes (the spec's first output buffer), flat. It must do
 the whole job in torch's ordinary way, as a user would write it: that is the bar evo's
-best variant is compared with ("vs peer" in ``harness.bench_peer``).
+best variant is compared with ("vs peer" in ``harness.bench_peer`` and in a GPU run's
+report.md, ``evo.run``).
 
-torch is imported by the caller; nothing here runs without it.
+``time_peer`` times a peer the way the harness's events timer times a kernel: a CUDA graph
+of back-to-back calls replayed between events, with the spec's caches (cold: the calls
+rotate among copies of the inputs, as ``harness.gpu_timing`` does for kernels). torch is
+imported by the caller; nothing here runs without it.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 
+import numpy as np
+
 from genomes.errors import EvoError
+
+GRAPH_CALLS = 100  # calls per captured graph (the harness's events timer uses up to 256)
+REPLAYS = 30
 
 
 def load_peer(name: str):
@@ -24,6 +34,79 @@ def load_peer(name: str):
         return getattr(importlib.import_module(module_name), function)
     except (ImportError, AttributeError, ValueError) as err:
         raise EvoError(f"peer {name!r} cannot be loaded: {err}") from None
+
+
+def time_graph_us(calls, torch) -> float:
+    """Median µs per call over REPLAYS replays of a graph of about GRAPH_CALLS calls,
+    cycling through ``calls`` (whole rounds, so no input set is reused early)."""
+    n = len(calls)
+    count = max(n, GRAPH_CALLS // n * n)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in calls[:3]:
+            fn()  # warm-up outside the graph (lazy init, cuBLAS/cuDNN handles)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(count):
+            calls[i % n]()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
+    samples = []
+    for _ in range(REPLAYS):
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) * 1000.0 / count)
+    return float(np.median(samples))
+
+
+def time_peer(spec, torch, seed: int = 5) -> dict:
+    """The peer's µs per call on the spec's inputs (timed as above), and whether its output
+    agrees with the spec's NumPy reference (None where the spec has none)."""
+    from harness.gate import make_inputs, reference_outputs
+    from harness.gpu_timing import caches_note, cold_copies, set_bytes
+
+    inputs = make_inputs(spec, seed)
+    tensors = {p.name: (torch.from_numpy(np.ascontiguousarray(inputs[p.name])).cuda()
+                        if p.kind == "buffer" else inputs[p.name].item()) for p in spec.params}
+    peer = load_peer(spec.peer)
+    out = peer(dict(tensors)).float().cpu().numpy().ravel()
+    want = reference_outputs(spec, inputs)
+    agrees = None
+    if want is not None:
+        expected = next(iter(want.values())).astype(np.float32)
+        agrees = bool(np.allclose(out, expected, rtol=1e-4, atol=1e-5))
+    nbytes = set_bytes(spec)
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    copies = cold_copies(nbytes, l2) if spec.caches == "cold" else 1
+    sets = [dict(tensors)] + [{k: v.clone() if torch.is_tensor(v) else v
+                               for k, v in tensors.items()} for _ in range(copies - 1)]
+    us = time_graph_us([functools.partial(peer, t) for t in sets], torch)
+    del sets
+    torch.cuda.empty_cache()
+    return {"peer": spec.peer, "peer_us": us, "peer_agrees": agrees,
+            "peer_caches": caches_note(spec, nbytes, copies, l2)}
+
+
+def peer_or_reason(spec, gpu: int) -> dict | None:
+    """``time_peer`` on GPU ``gpu`` where torch can run it, else why not (``reason``):
+    what a run's report quotes. None when the spec names no peer."""
+    if not spec.peer:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return {"peer": spec.peer, "reason": "torch is not installed here"}
+    if not torch.cuda.is_available():
+        return {"peer": spec.peer, "reason": "torch sees no GPU"}
+    try:
+        with torch.cuda.device(gpu):
+            return time_peer(spec, torch)
+    except Exception as err:  # a peer that fails says why; the run goes on
+        return {"peer": spec.peer, "reason": f"{type(err).__name__}: {err}"[:300]}
 
 
 def _f():

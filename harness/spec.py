@@ -2,14 +2,18 @@
 
 A spec sits beside its `.ptx` (see DESIGN.md, "Kernel spec"); the shape is:
 
-    name, entry, ptx, grid, block, shared_mem, timing, reference, description
+    name, entry, ptx, grid, block, shared_mem, timing, caches, reference, peer, description
     [tolerance] rtol, atol          (integer outputs are always compared exactly)
     [meta]      free ints / floats / strings for the reference function
     [[params]]  in PTX param order: buffers (dtype, count, role, fill + fill options)
                 or scalars (dtype, value)
 
 Defaults: name = file stem, entry = name, ptx = "<stem>.ptx", shared_mem = 0,
-timing = "clock64" for a one-block grid else "events", tolerance 1e-5 / 1e-5.
+timing = "clock64" for a one-block grid else "events", caches = "warm", tolerance 1e-5 / 1e-5.
+caches: "warm" times launches back to back on the same buffers (data the L2 holds stays
+there, as in a loop over one batch); "cold" makes every timed launch read its inputs from
+DRAM (``harness.gpu_timing``: buffers rotated among copies larger than the L2, or the L2
+flushed), as a kernel meets data another kernel just evicted.
 Buffer fills: normal (mean 0, std 1), uniform [low, high) (0, 1), int [low, high)
 (high required, exclusive as in NumPy), const (value). `fill` is ignored for role "out".
 Every mistake is a `SpecError` naming the file and the key; typos get a suggestion.
@@ -34,11 +38,12 @@ DTYPE_BITS = {"f32": 32, "f64": 64, "f16": 16, "i32": 32, "u32": 32, "i64": 64, 
 ROLES = ("in", "out", "inout")
 FILLS = ("normal", "uniform", "int", "const")
 TIMINGS = ("clock64", "events")
+CACHES = ("warm", "cold")
 MAX_THREADS_PER_BLOCK = 1024
 MAX_SHARED_MEM = 227 * 1024  # sm_90's largest dynamic shared memory per block
 
-_TOP_KEYS = ("name", "entry", "ptx", "grid", "block", "shared_mem", "timing", "reference", "peer",
-             "description", "tolerance", "meta", "params")
+_TOP_KEYS = ("name", "entry", "ptx", "grid", "block", "shared_mem", "timing", "caches", "reference",
+             "peer", "description", "tolerance", "meta", "params")
 _BUFFER_KEYS = ("name", "kind", "dtype", "count", "role", "fill", "low", "high", "value", "mean", "std")
 _SCALAR_KEYS = ("name", "kind", "dtype", "value")
 _PTX_IDENT = re.compile(r"[A-Za-z][\w$]*|[_$%][\w$]+")
@@ -47,6 +52,18 @@ _FILL_KEYS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "int": ("lo
 
 class SpecError(EvoError):
     """A kernel spec that cannot be used; the message names the file and the key."""
+
+
+def with_caches(spec, caches: str):
+    """The spec timed with ``caches`` (one of CACHES); "spec" keeps the spec's own choice
+    (``evo run --caches``, ``[run] caches``)."""
+    import dataclasses
+
+    if caches == "spec" or caches == spec.caches:
+        return spec
+    if caches not in CACHES:
+        raise SpecError(f"caches {caches!r} is not one of spec, {', '.join(CACHES)}")
+    return dataclasses.replace(spec, caches=caches)
 
 
 def numpy_dtype(dtype: str):
@@ -123,6 +140,7 @@ class KernelSpec:
     params: tuple[Param, ...]
     shared_mem: int = 0
     timing: str = "clock64"
+    caches: str = "warm"  # CACHES: how the timer treats the L2 (module docstring)
     tolerance: Tolerance = Tolerance()
     reference: str | None = None
     peer: str | None = None  # "module:function" a user would run instead (harness.peers)
@@ -169,6 +187,12 @@ class KernelSpec:
         if launch is None or launch == self.launch:
             return ""
         return "@" + launch.key()
+
+    @property
+    def store_name(self) -> str:
+        """The kernel name its measurements are stored under: a cold-timed spec's figures
+        are not a warm one's, so they never answer for each other."""
+        return self.name if self.caches == "warm" else f"{self.name}@{self.caches}"
 
     @property
     def bytes_read(self) -> int:
@@ -344,6 +368,7 @@ def load_spec(path: str | Path) -> KernelSpec:
     timing = r.choice("timing", TIMINGS, default_timing)
     if timing == "clock64" and math.prod(grid) != 1:
         r.fail("timing = 'clock64' measures one block; use 'events' for a grid of several blocks")
+    caches = r.choice("caches", CACHES, "warm")
     reference = r.get("reference", str, None)
     peer = r.get("peer", str, None, check=lambda v: ":" in v, what='"module:function"')
     _check_reference(r, reference)
@@ -367,6 +392,6 @@ def load_spec(path: str | Path) -> KernelSpec:
     if not any(isinstance(p, BufferParam) and p.is_output for p in params):
         r.fail("no output buffer: at least one buffer param needs role 'out' or 'inout'")
     return KernelSpec(name=name, entry=entry, ptx_path=ptx_path, grid=grid, block=block, params=params,
-                      shared_mem=shared_mem, timing=timing, tolerance=tolerance, reference=reference,
+                      shared_mem=shared_mem, timing=timing, caches=caches, tolerance=tolerance, reference=reference,
                       peer=peer,
                       description=description, meta=MappingProxyType(dict(meta)), spec_path=path)

@@ -6,7 +6,7 @@ import json
 import re
 
 from conftest import needs_ptxas
-from evo import bench
+from evo import bench, bench_report
 from evo.config import Config
 from evo.search import KernelSearch
 from harness.backends import Backend
@@ -73,7 +73,7 @@ def test_win_tie_loss_counting():
               "evolve45": {"baseline": 100, "best": 80.2, "evals": 10, "seconds": 1}},
         "c": {"greedy": {"baseline": 100, "best": 60, "evals": 10, "seconds": 1},
               "evolve45": {"baseline": 100, "best": 90, "evals": 10, "seconds": 1}}}}
-    lines = bench.summary_lines(results, ["greedy", "evolve45"])
+    lines = bench_report.summary_lines(results, ["greedy", "evolve45"])
     assert "- evolve45 vs greedy: 1 wins, 1 ties (within 0.5%), 1 losses" in lines
     assert lines[0].startswith("- greedy: cycle reduction mean 26.7 %")
 
@@ -88,7 +88,7 @@ def test_oracle_space_and_share_lines():
     results = {"kernels": {"a": {
         "greedy": {"baseline": 100, "best": 80, "evals": 10, "seconds": 1},
         "oracle": {"baseline": 100, "best": 60, "evals": 99, "seconds": 1}}}}
-    lines = bench.summary_lines(results, ["greedy", "oracle"])
+    lines = bench_report.summary_lines(results, ["greedy", "oracle"])
     assert "- greedy reaches 50 % of the oracle's cycle reduction (mean over 1 kernels)" in lines
 
 
@@ -264,3 +264,37 @@ def test_bench_md_follows_every_search(tmp_path, monkeypatch):
     assert len(tables) == 2
     assert "| gemm_tile_2x2x2 |" in tables[0] and "gemm_tile_2x2x4" not in tables[0]
     assert "| gemm_tile_2x2x4 |" in tables[1]
+
+
+def test_evaluations_to_reach_95_percent_of_greedys_reduction():
+    # greedy: 100 -> 80 (20 %); 95 % of that is 19 %, i.e. best/baseline <= 0.81
+    results = {"kernels": {
+        "a": {"greedy": {"baseline": 100, "best": 80, "evals": 60, "seconds": 1,
+                         "curve": [[20, 90], [50, 81], [60, 80]]},
+              "evolve45_priors": {"baseline": 100, "best": 80.5, "evals": 45, "seconds": 1,
+                                  "curve": [[5, 85], [15, 80.5], [45, 80.5]]}},
+        "b": {"greedy": {"baseline": 200, "best": 100, "evals": 40, "seconds": 1,
+                         "curve": [[40, 100]]},
+              "evolve45_priors": {"baseline": 200, "best": 150, "evals": 45, "seconds": 1,
+                                  "curve": [[45, 150]]}}}}
+    line = bench_report.to_greedy_line(results["kernels"], "evolve45_priors")
+    assert line == ("- evolve45_priors reaches 95% of greedy's cycle reduction on 1 of 2 "
+                    "kernels, after a median 15 evaluations there (greedy 50); its evaluations "
+                    "over greedy's, median over all 2 (never = infinite): infx")
+    assert line in bench_report.summary_lines(results, ["greedy", "evolve45_priors"])
+    results["kernels"]["c"] = results["kernels"]["a"]
+    assert bench_report.to_greedy_line(results["kernels"], "evolve45_priors").endswith(
+        "median over all 3 (never = infinite): 0.30x")
+
+
+def test_the_memory_table_gives_roofline_shares_and_the_peer():
+    entry = {"baseline": 6600, "best": 4450, "evals": 45, "seconds": 1, "baseline_us": 3.32,
+             "best_us": 2.26, "bytes": 8_388_608, "copy_gbps": 3460.0, "caches": "warm (x)"}
+    worse = dict(entry, best_us=2.5)
+    results = {"kernels": {"relu": {"greedy": worse, "evolve45": entry},
+                           "gemm_tile_2x2x2": {"greedy": {"baseline": 450, "best": 400}}},
+               "peers": {"relu": {"peer": "harness.peers:relu", "peer_us": 2.34}}}
+    lines = bench_report.memory_table(results, ["greedy", "evolve45"])
+    assert "caches: warm (x)" in lines[0]
+    assert lines[4:] == ["| relu | 8.4 | 3460 | 3.32 µs (2527 GB/s, 73 %) | "
+                         "2.26 µs (3712 GB/s, 107 %) | 2.34 µs | 1.04x |", ""]

@@ -114,3 +114,45 @@ def test_the_twin_entry_is_timed_when_named():
 def test_unwritten_clock_words_fail_timing_with_the_reason():
     with pytest.raises(gpu_timing.TimingFailed, match=gpu_timing.TIMING_FAILED):
         gpu_timing.time_clock64(FakeRunner(broken=True), request(warmup=0, min_reps=8, max_reps=8))
+
+
+def test_cold_clock64_timing_flushes_the_l2_before_every_launch():
+    import dataclasses
+
+    runner = FakeRunner()
+    runner.l2_bytes = 50 << 20
+    runner.flush_l2 = lambda: runner.events.append("flush")
+    spec = dataclasses.replace(find_kernel("gemm_tile_2x2x2"), caches="cold")
+    req = MeasureRequest(spec=spec, cubin=b"", baseline_cubin=b"", clock_cubin=b"clock",
+                         warmup=0, min_reps=8, max_reps=8)
+    _, notes = gpu_timing.time_clock64(runner, req)
+    batch = ["upload"] + ["flush", "launch"] * (gpu_timing.CLOCK_BATCH + 1) + ["settle buffer a"]
+    assert runner.events == batch
+    assert notes["caches"].startswith("cold (the L2 flushed before each launch")
+    warm = FakeRunner()
+    _, notes = gpu_timing.time_clock64(warm, request(warmup=0, min_reps=8, max_reps=8))
+    assert "flush" not in warm.events and notes["caches"].startswith("warm")
+
+
+@pytest.mark.parametrize("nbytes, copies", [
+    (8 << 20, 26),          # 1M-float relu: 25 others hold 200 MiB = 4 L2s of 50 MiB
+    (200 << 20, 1),         # 4 L2s in one set: DRAM every launch already
+    (100 << 20, 3),         # 2 others hold 200 MiB
+    (4096, gpu_timing.MAX_COLD_COPIES),  # tiny: capped, partly warm (the note says so)
+])
+def test_cold_copies_leave_four_l2s_between_two_uses_of_one_set(nbytes, copies):
+    l2 = 50 << 20
+    assert gpu_timing.cold_copies(nbytes, l2) == copies
+    if 1 < copies < gpu_timing.MAX_COLD_COPIES:
+        assert (copies - 1) * nbytes >= gpu_timing.COLD_FACTOR * l2 > (copies - 2) * nbytes
+
+
+def test_the_caches_note_says_how_the_l2_was_treated():
+    import dataclasses
+
+    relu = find_kernel("relu")
+    assert gpu_timing.caches_note(relu, 8 << 20, 1, 50 << 20).startswith("warm")
+    cold = dataclasses.replace(relu, caches="cold")
+    assert "rotate among 26 copies" in gpu_timing.caches_note(cold, 8 << 20, 26, 50 << 20)
+    assert "partly warm" in gpu_timing.caches_note(cold, 4096, 64, 50 << 20)
+    assert "exceed 4x the 50 MiB L2" in gpu_timing.caches_note(cold, 512 << 20, 1, 50 << 20)

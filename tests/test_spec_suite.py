@@ -109,6 +109,7 @@ GOOD = spec_toml(next(e for e in catalog() if e["name"] == "gemm_tile_2x2x2")).r
     ('name = "A"', 'name = "B"', ["'B'", "twice"]),
     ('count = 4', 'count = "TODO"', ["'count'", "TODO"]),
     ('timing = "clock64"', 'timing = ', ["not valid TOML"]),
+    ('timing = "clock64"', 'timing = "clock64"\ncaches = "hot"', ["'caches'", "'hot'", "cold"]),
 ])
 def test_bad_spec_names_the_key(tmp_path, old, new, words):
     assert old in GOOD
@@ -120,6 +121,20 @@ def test_bad_spec_names_the_key(tmp_path, old, new, words):
     for word in words:
         assert word in message
     assert isinstance(err.value, EvoError)
+
+
+def test_caches_chooses_warm_or_cold_timing_and_cold_figures_are_stored_apart(tmp_path):
+    from harness.spec import with_caches
+
+    warm = load_spec(_write(tmp_path, GOOD))
+    assert warm.caches == "warm" and warm.store_name == warm.name
+    cold = load_spec(_write(tmp_path, GOOD.replace('timing = "clock64"',
+                                                    'timing = "clock64"\ncaches = "cold"')))
+    assert cold.caches == "cold" and cold.store_name == f"{cold.name}@cold"
+    assert with_caches(warm, "spec") is warm and with_caches(cold, "warm").caches == "warm"
+    assert with_caches(warm, "cold").store_name == cold.store_name
+    with pytest.raises(SpecError, match="lukewarm"):
+        with_caches(warm, "lukewarm")
 
 
 def test_scalar_and_fill_validation(tmp_path):

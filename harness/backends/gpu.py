@@ -47,6 +47,7 @@ class GpuBackend(Backend):
 
         if not gpus or len(set(gpus)) != len(gpus):
             raise EvoError(f"--gpus needs distinct device ids, got {gpus}")
+        self.gpus = list(gpus)
         factory = worker_factory or GpuWorker
         self.arch, self.timeout_s = arch, timeout_s
         # Timing knobs passed to every MeasureRequest (warmup, min_reps, max_reps,

@@ -42,7 +42,7 @@ class ReplayBackend(Backend):
                      baseline: Measurement | None = None) -> list[Measurement]:
         out = []
         for v in variants:
-            found = self.store.lookup_code(self.device, spec.name, v.code_hash)
+            found = self.store.lookup_code(self.device, spec.store_name, v.code_hash)
             if found is None:
                 self.misses += 1
                 c = v.compiled

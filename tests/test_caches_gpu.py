@@ -1,0 +1,80 @@
+"""Timing with warm and cold caches, the copy roofline in the notes, a peer timed on the
+same inputs, and a fast-math variant outside the spec's tolerance, on a real GPU.
+
+Run with ``python3 -m pytest -m gpu -x -q`` on a machine with an NVIDIA GPU and CuPy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from genomes.genome import Genome, parse_inline
+from harness import record
+from harness.backends.gpu import GpuBackend
+from harness.evaluate import Evaluator
+from harness.spec import Tolerance, with_caches
+from harness.store import Store
+from harness.suite import find_kernel
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    backend = GpuBackend([0], seed=7)
+    with Store(":memory:") as store:
+        yield Evaluator(backend, store)
+    backend.close()
+
+
+def test_cold_timing_reads_from_dram_and_says_so(evaluator):
+    relu = find_kernel("relu")  # 8 MiB of buffers: the L2 holds them when warm
+    warm, = evaluator.evaluate(relu, [Genome()])
+    cold, = evaluator.evaluate(with_caches(relu, "cold"), [Genome()])
+    assert warm.valid and cold.valid, (warm.reason, cold.reason)
+    assert not cold.cached  # stored apart: a warm figure never answers for a cold spec
+    assert warm.notes["caches"].startswith("warm")
+    assert cold.notes["caches"].startswith("cold (launches rotate among")
+    print(f"\nrelu warm {warm.notes['us_per_launch']:.2f} µs, copy {warm.notes['copy_gbps']} GB/s;"
+          f" cold {cold.notes['us_per_launch']:.2f} µs, copy {cold.notes['copy_gbps']} GB/s")
+    # From DRAM both the kernel and the copy are slower than from the L2.
+    assert cold.notes["us_per_launch"] > warm.notes["us_per_launch"]
+    assert cold.notes["copy_gbps"] < warm.notes["copy_gbps"]
+    assert warm.notes["bytes_moved"] == relu.bytes_read + relu.bytes_written
+
+
+def test_cold_clock64_timing_flushes_the_l2(evaluator):
+    gemm = find_kernel("gemm_tile_4x4x4")
+    warm, = evaluator.evaluate(gemm, [Genome()])
+    cold, = evaluator.evaluate(with_caches(gemm, "cold"), [Genome()])
+    assert warm.valid and cold.valid, (warm.reason, cold.reason)
+    assert cold.notes["caches"].startswith("cold (the L2 flushed")
+    print(f"\ngemm_tile_4x4x4 warm {warm.cycles:.0f} cycles, cold {cold.cycles:.0f} cycles")
+    assert cold.cycles > warm.cycles  # its loads now miss the L2
+
+
+def test_a_fast_math_variant_outside_the_tolerance_is_rejected_with_its_error(evaluator):
+    # layernorm divides with div.rn; an exact tolerance leaves no room for div.approx.
+    exact = dataclasses.replace(find_kernel("layernorm"), name="layernorm_exact",
+                                tolerance=Tolerance(0.0, 0.0), reference=None)
+    base, fast = evaluator.evaluate(exact, [Genome(), parse_inline("fast_div")])
+    assert base.valid, base.reason
+    assert [g["status"] for g in fast.notes["genes"]] == ["applied"]
+    assert not fast.valid and fast.reason.startswith(record.WRONG), fast.reason
+    assert "max rel error" in fast.reason
+    loose, = evaluator.evaluate(find_kernel("layernorm"), [parse_inline("fast_div")])
+    print(f"\nexact: {fast.reason}\nspec tolerance: valid={loose.valid}, "
+          f"max_rel_err={loose.notes.get('max_rel_err')}")
+
+
+def test_the_peer_is_timed_on_the_same_inputs():
+    torch = pytest.importorskip("torch")
+    from harness.peers import time_peer
+
+    for caches in ("warm", "cold"):
+        row = time_peer(with_caches(find_kernel("relu"), caches), torch)
+        print(f"\nrelu peer ({caches}): {row}")
+        assert row["peer_agrees"] is True and row["peer_us"] > 0
+        assert row["peer_caches"].startswith(caches)
