@@ -42,3 +42,12 @@ def test_every_gene_is_a_no_op_or_assembles_for_sm_90a(path):
     assert all(r.arch == "sm_90a" for r in results)
     failures = [f"{label}: {r.error}" for label, r in zip(labels, results) if not r.ok]
     assert len(variants) > 40 and not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("path", TRITON, ids=lambda p: p.stem)
+def test_the_specs_match_the_ptx_triton_emitted(path):
+    from harness.suite import find_kernel
+
+    spec = find_kernel(path.with_suffix(".toml"))  # checks the params against the PTX
+    assert spec.entry == path.stem and spec.block == (128, 1, 1)
+    assert [p.name for p in spec.params][-2:] == ["global_scratch", "profile_scratch"]
