@@ -65,6 +65,29 @@ def check_ptx(spec: KernelSpec, ptx_text: str | None = None) -> None:
         if bits != ptx.bits:
             raise SpecError(f"{where}: param {param.name!r} ({param.kind} {param.dtype}, {bits} bits) does not "
                             f"match PTX param {ptx.name} (.{ptx.ptx_type}, {ptx.bits} bits)")
+    dynamic = uses_dynamic_shared(ptx_text if ptx_text is not None else spec.ptx_text(), spec.entry)
+    if dynamic and spec.shared_mem == 0:
+        raise SpecError(f"{where}: entry {spec.entry!r} uses dynamic shared memory (.extern .shared "
+                        f"{dynamic}[]) but the spec gives shared_mem = 0, so it would write past "
+                        "its block's shared memory: set shared_mem to the bytes it needs (for a "
+                        "Triton kernel, the compiled kernel's metadata.shared)")
+
+
+_EXTERN_SHARED_RE = re.compile(r"\.extern\s+\.shared\b[^;]*?\b([A-Za-z_$%][\w$]*)\s*\[\s*\]")
+
+
+def uses_dynamic_shared(ptx_text: str, entry: str) -> str | None:
+    """The name of the ``.extern .shared`` array that ``entry``'s body uses, if any: such a
+    kernel needs the launch's dynamic shared memory (the spec's ``shared_mem``)."""
+    names = _EXTERN_SHARED_RE.findall(ptx_text)
+    if not names:
+        return None
+    start = re.search(rf"\.entry\s+{re.escape(entry)}\s*\(", ptx_text)
+    if start is None:
+        return None
+    nxt = re.search(r"\.entry\s", ptx_text[start.end():])
+    body = ptx_text[start.end():start.end() + nxt.start()] if nxt else ptx_text[start.end():]
+    return next((n for n in names if re.search(rf"(?<![\w$]){re.escape(n)}(?![\w$])", body)), None)
 
 
 def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None = None) -> str:

@@ -51,3 +51,18 @@ def test_the_specs_match_the_ptx_triton_emitted(path):
     spec = find_kernel(path.with_suffix(".toml"))  # checks the params against the PTX
     assert spec.entry == path.stem and spec.block == (128, 1, 1)
     assert [p.name for p in spec.params][-2:] == ["global_scratch", "profile_scratch"]
+
+
+def test_a_spec_without_the_dynamic_shared_memory_its_ptx_uses_is_refused(tmp_path):
+    import shutil
+
+    from harness.spec import SpecError
+    from harness.suite import find_kernel
+
+    src = TRITON[0].parent
+    shutil.copy(src / "rms_norm.ptx", tmp_path / "rms_norm.ptx")
+    text = (src / "rms_norm.toml").read_text()
+    assert "shared_mem = 16" in text
+    (tmp_path / "rms_norm.toml").write_text(text.replace("shared_mem = 16", "shared_mem = 0"))
+    with pytest.raises(SpecError, match=r"dynamic shared memory \(\.extern \.shared global_smem"):
+        find_kernel(tmp_path / "rms_norm.toml")
