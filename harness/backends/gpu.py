@@ -120,14 +120,19 @@ class GpuBackend(Backend):
             for v, clock in zip(todo, self._clock_cubins(spec, todo)):
                 v.clock_cubin = clock
 
-    def timeout_for(self, spec) -> float:
+    def timeout_for(self, spec, reference: bool = False) -> float:
         """Seconds a worker may take for one candidate: ``timeout_s``, plus time to make,
         upload, read back and compare each input set of a kernel with large buffers (a
         DRAM-sized kernel's 512 MB took over 10 s on an H100; about 4 s per 256 MB per set
-        is allowed, the baseline's launches and the stress check included)."""
+        is allowed, the baseline's launches and the stress check included). ``reference``:
+        the baseline, also compared with the spec's NumPy reference on each set (gelu's
+        on 64M floats takes seconds), 8 s per 256 MB per set more. Why: in session 6's
+        bench_peer call gelu_dram's baseline came back without a time while its variant
+        passed; the reference check is the likely cost (not confirmed on a GPU)."""
         sets = self.check_sets + 2
+        per_set = 4.0 + (8.0 if reference else 0.0)
         data = sum(p.nbytes for p in spec.buffers())
-        return self.timeout_s + sets * 4.0 * data / (256 << 20)
+        return self.timeout_s + sets * per_set * data / (256 << 20)
 
     # ------------------------------------------------------------------ measuring
     def measure_many(self, spec, variants: list[Variant],
@@ -156,8 +161,8 @@ class GpuBackend(Backend):
             jobs.append((i, MeasureRequest(
                 spec=spec, cubin=v.compiled.cubin, baseline_cubin=base_cubin, clock_cubin=clock,
                 check_seeds=seeds[:-1], timing_seed=seeds[-1], **self.timing,
-                timeout_s=self.timeout_for(spec), baseline_cycles=base_cycles,
-                kernel_name=spec.name,
+                timeout_s=self.timeout_for(spec, v.is_baseline and spec.reference is not None),
+                baseline_cycles=base_cycles, kernel_name=spec.name,
                 check_reference=v.is_baseline and spec.reference is not None,
                 clock_entry=v.clock_entry, launch=v.launch)))
 
