@@ -97,13 +97,20 @@ def gpu_visible() -> tuple[bool, str]:
 
 
 def make_backend(kind: str, *, store=None, gpus: list[int] | None = None, device: str | None = None,
-                 seed: int = 0, arch: str = "sm_90", timing: dict | None = None) -> Backend:
+                 seed: int = 0, arch: str = "sm_90", timing: dict | None = None,
+                 cluster: str = "") -> Backend:
     """Build a backend by name. ``store`` is needed by replay; ``gpus`` by gpu (default [0]);
     ``device`` names replay's device (default: the store's only GPU device); ``timing``
     holds the gpu backend's measuring knobs (check_sets, warmup, min_reps, max_reps,
-    target_rel_sem, timeout_s), as in evo.toml's [timing]."""
+    target_rel_sem, timeout_s), as in evo.toml's [timing]. ``cluster`` (``local[:N]`` or a
+    Dask scheduler address): measure on that cluster's workers with the gpu or static
+    backend (``harness.backends.cluster``; auto: gpu when every worker sees a GPU)."""
     if kind not in BACKENDS:
         raise EvoError(f"unknown backend {kind!r}; one of {', '.join(BACKENDS)}")
+    if cluster:
+        from harness.backends.cluster import ClusterBackend
+
+        return ClusterBackend(cluster, kind, {"seed": seed, "arch": arch, "timing": timing})
     why = ""
     if kind == "auto":
         ok, reason = gpu_visible()

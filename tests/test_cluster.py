@@ -1,0 +1,72 @@
+"""The cluster backend on a real Dask LocalCluster of worker processes, measuring with the
+static backend (no GPU here): the same answers as without a cluster, and a worker killed
+mid-batch loses nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import needs_ptxas
+from genomes.genome import Genome, parse_inline
+from harness.backends import make_backend
+from harness.evaluate import Evaluator
+from harness.store import Store
+from harness.suite import find_kernel
+
+pytest.importorskip("distributed")
+
+GENOMES = ["vec_ld(width=4)", "maxnreg(n=32)", "reorder(strategy=interleave)",
+           "vec_st(width=2)", "vec_ld(width=2),vec_st(width=2)", "cache_ld(policy=cs)",
+           "maxnreg(n=64),vec_ld(width=4)", "reorder(strategy=loads_first)"]
+
+
+def _answers(backend, spec) -> list[tuple]:
+    with Store(":memory:") as store:
+        found = Evaluator(backend, store).evaluate(
+            spec, [Genome()] + [parse_inline(g) for g in GENOMES])
+    return [(m.valid, m.cycles, m.registers, m.reason) for m in found]
+
+
+@needs_ptxas
+def test_a_local_cluster_answers_as_the_backend_alone():
+    spec = find_kernel("gemm_tile_2x4x4")
+    with make_backend("static") as alone:
+        expected = _answers(alone, spec)
+    with make_backend("static", cluster="local:2") as cluster:
+        assert cluster.offers() == {"workers": 2, "slots": 2}
+        assert cluster.device == "static" and "2 Dask workers" in cluster.describe()
+        assert _answers(cluster, spec) == expected
+
+
+@needs_ptxas
+def test_a_worker_killed_mid_run_loses_nothing():
+    import os
+    import signal
+
+    spec = find_kernel("gemm_tile_4x4x4")
+    first, second = GENOMES[:4], GENOMES[4:]
+    with make_backend("static") as alone, Store(":memory:") as store:
+        evaluator = Evaluator(alone, store)
+        expected = [evaluator.evaluate(spec, [parse_inline(g) for g in batch])
+                    for batch in (first, second)]
+        measured = evaluator.stats.measured
+    with make_backend("static", cluster="local:2") as cluster, Store(":memory:") as store:
+        evaluator = Evaluator(cluster, store)
+        got = [evaluator.evaluate(spec, [parse_inline(g) for g in first])]
+        pids = cluster.client.run(os.getpid)
+        os.kill(next(iter(pids.values())), signal.SIGKILL)  # its Nanny starts a new one
+        got.append(evaluator.evaluate(spec, [parse_inline(g) for g in second]))
+        assert cluster.lost_workers >= 1 and "lost" in cluster.describe()
+        assert evaluator.stats.measured == measured  # nothing measured twice, nothing lost
+    for want, have in zip(expected, got):
+        assert [(m.valid, m.cycles, m.reason) for m in have] == \
+            [(m.valid, m.cycles, m.reason) for m in want]
+
+
+def test_a_bad_cluster_address_is_one_clear_error():
+    from genomes.errors import EvoError
+
+    with pytest.raises(EvoError, match="local:N"):
+        make_backend("static", cluster="local:two")
+    with pytest.raises(EvoError, match="measures with the gpu or static backend"):
+        make_backend("replay", cluster="local:1")
