@@ -44,94 +44,171 @@ def kernel_series(events: list[dict]) -> dict[str, dict]:
     return dict(out)
 
 
+CLIP = 1.5  # the y axis stops at this many times the baseline: slower outliers are clipped
+
+
 def plot_kernel(name: str, series: dict, path: Path) -> Path:
+    """Three panels: every evaluated variant per generation (colour = generation) with the
+    best so far on top; the best speedup so far against evaluations; which transforms the
+    population carried in each generation (a heatmap)."""
     plt = _pyplot()
-    fig, (ax_gen, ax_eval) = plt.subplots(1, 2, figsize=(12, 4.5))
-    base = series["baseline"]
-    gens = series["gens"]
-    xs = [g["generation"] for g in gens]
-    ax_gen.plot(xs, [_nan(g["best"]) for g in gens], "o-", label="best")
-    ax_gen.plot(xs, [_nan(g["median"]) for g in gens], "s--", label="median")
-    ax_gen.set_xlabel("generation")
-    evals = series["evals"]
-    valid = [(i, e["cycles"]) for i, e in enumerate(evals, 1) if e["valid"] and e["cycles"]]
-    invalid = [i for i, e in enumerate(evals, 1) if not e["valid"]]
-    if valid:
-        ax_eval.scatter(*zip(*valid), s=14, label="valid")
-        running, best = [], math.inf
+    from matplotlib.ticker import MaxNLocator
+
+    fig, (ax_pop, ax_speed, ax_genes) = plt.subplots(
+        1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [1.2, 1, 1]})
+    base, evals = series["baseline"], series["evals"]
+    unit = "cycles (static estimate)" if series["static"] else "cycles (median)"
+    valid = [e for e in evals if e["valid"] and e["cycles"]]
+    top = CLIP * base if base else max((e["cycles"] for e in valid), default=1.0) * 1.05
+    shown = [e for e in valid if e["cycles"] <= top]
+    clipped = len(valid) - len(shown)
+    if shown:
+        points = ax_pop.scatter([_gen(e) for e in shown], [e["cycles"] for e in shown],
+                                c=[_gen(e) for e in shown], cmap="viridis", s=18, alpha=0.8,
+                                label="variants")
+        bar = fig.colorbar(points, ax=ax_pop, label="generation", pad=0.01)
+        bar.locator = MaxNLocator(integer=True)
+        bar.update_ticks()
+    out_of_view = [e for e in evals if not e["valid"] or not e["cycles"]] + \
+        [e for e in valid if e["cycles"] > top]
+    if out_of_view:
+        ax_pop.scatter([_gen(e) for e in out_of_view], [top] * len(out_of_view), marker="x",
+                       color="red", label=f"invalid ({len(evals) - len(valid)}) or slower "
+                                          f"than {CLIP:g}x baseline ({clipped}), at the top")
+    best_by_gen = _best_so_far_by_generation(evals)
+    if best_by_gen:
+        ax_pop.plot(*zip(*best_by_gen), "k-", linewidth=2, label="best so far", zorder=3)
+    ax_pop.set_xlabel("generation")
+    ax_pop.set_ylabel(unit)
+    ax_pop.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if base:
+        ax_pop.axhline(base, color="gray", linestyle=":", label="baseline")
+        ax_pop.set_ylim(top=top * 1.02)
+    ax_pop.legend(fontsize=7, loc="upper right", framealpha=0.9)
+    ax_pop.grid(alpha=0.3)
+    ax_pop.set_title("every variant, by generation", fontsize=9)
+
+    if base and valid:
+        best, xs, ys = math.inf, [], []
         for i, e in enumerate(evals, 1):
             if e["valid"] and e["cycles"]:
                 best = min(best, e["cycles"])
-            running.append(_nan(best if math.isfinite(best) else None))
-        ax_eval.plot(range(1, len(evals) + 1), running, "-", label="best so far")
-    if invalid:
-        top = max((c for _, c in valid), default=1.0)
-        ax_eval.scatter(invalid, [top * 1.05] * len(invalid), marker="x", color="red",
-                        label=f"invalid ({len(invalid)})")
-    ax_eval.set_xlabel("evaluation")
-    unit = "cycles (static estimate)" if series["static"] else "cycles (median)"
-    for ax in (ax_gen, ax_eval):
-        ax.set_ylabel(unit)
-        if base:
-            ax.axhline(base, color="gray", linestyle=":", label="baseline")
-            speed = ax.secondary_yaxis("right", functions=(lambda c, b=base: b / _safe(c),
-                                                           lambda s, b=base: b / _safe(s)))
-            speed.set_ylabel("speedup vs baseline")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
+            if math.isfinite(best):
+                xs.append(i)
+                ys.append(base / best)
+        ax_speed.step(xs, ys, where="post", color="C2", linewidth=2)
+        ax_speed.axhline(1.0, color="gray", linestyle=":", label="baseline (1.00x)")
+        ax_speed.annotate(f"{ys[-1]:.2f}x", (xs[-1], ys[-1]), textcoords="offset points",
+                          xytext=(-30, 6), fontsize=9)
+        ax_speed.legend(fontsize=7, loc="lower right")
+    ax_speed.set_xlabel("evaluation")
+    ax_speed.set_ylabel("best speedup so far (baseline / best)")
+    ax_speed.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_speed.grid(alpha=0.3)
+    ax_speed.set_title("best so far", fontsize=9)
+
+    transforms, gens, share = gene_frequencies(evals)
+    if transforms:
+        image = ax_genes.imshow(share, aspect="auto", cmap="Blues", vmin=0, vmax=1,
+                                extent=(gens[0] - 0.5, gens[-1] + 0.5, len(transforms) - 0.5,
+                                        -0.5))
+        ax_genes.set_yticks(range(len(transforms)))
+        ax_genes.set_yticklabels(transforms, fontsize=7)
+        fig.colorbar(image, ax=ax_genes, label="share of the generation's variants", pad=0.01)
+    ax_genes.set_xlabel("generation")
+    ax_genes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_genes.set_title("transforms carried, per generation", fontsize=9)
     title = name + (f"\n{STATIC_NOTE}" if series["static"] else "")
     fig.suptitle(title, fontsize=11)
     return _save(fig, plt, path)
 
 
-def _nan(value):
-    return float("nan") if value is None else value
+def _gen(event: dict) -> int:
+    return event.get("generation") or 0
 
 
-def _safe(values):
-    import numpy as np
+def _best_so_far_by_generation(evals: list[dict]) -> list[tuple[int, float]]:
+    """(generation, best valid cycles up to and including it), for each generation."""
+    best, out = math.inf, []
+    for gen in sorted({_gen(e) for e in evals}):
+        here = [e["cycles"] for e in evals if _gen(e) == gen and e["valid"] and e["cycles"]]
+        best = min([best, *here])
+        if math.isfinite(best):
+            out.append((gen, best))
+    return out
 
-    values = np.asarray(values, dtype=float)
-    return np.where(values == 0, np.nan, values)
+
+def gene_frequencies(evals: list[dict]) -> tuple[list[str], list[int], list[list[float]]]:
+    """(transforms, generations, share[t][g]): the share of each generation's evaluated
+    variants whose genome holds transform t (most used transforms first)."""
+    gens = sorted({_gen(e) for e in evals})
+    counts: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    sizes: dict[int, int] = defaultdict(int)
+    for e in evals:
+        sizes[_gen(e)] += 1
+        for t in {g["transform"] for g in (e.get("genome") or {}).get("genes", [])}:
+            counts[t][_gen(e)] += 1
+    transforms = sorted(counts, key=lambda t: (-sum(counts[t].values()), t))
+    return transforms, gens, [[counts[t][g] / sizes[g] for g in gens] for t in transforms]
 
 
 def run_strategy(run: RunDir) -> str:
     return tomllib.loads(run.config_text())["run"]["strategy"]
 
 
-def best_speedups(run: RunDir) -> tuple[dict[str, float], bool]:
-    """Per kernel: baseline / best valid cycles over the run's evaluations."""
-    out, static = {}, False
+def best_speedups(run: RunDir) -> tuple[dict[str, float], bool, set[str]]:
+    """Per kernel: the speedup to quote (the baseline and best measured again at the end,
+    ``evo.run.confirm``, where the run did), else baseline / best valid cycles over the
+    run's evaluations; whether static; the kernels whose figure was measured again."""
+    import json
+
+    out, static, again = {}, False, set()
     for name, s in kernel_series(run.events()).items():
         static |= s["static"]
         cycles = [e["cycles"] for e in s["evals"] if e["valid"] and e["cycles"]]
         if s["baseline"] and cycles:
             out[name] = s["baseline"] / min(cycles)
-    return out, static
+    checkpoint = run.path / "checkpoint.json"
+    kernels = json.loads(checkpoint.read_text()).get("kernels", {}) if checkpoint.is_file() else {}
+    for name, data in kernels.items():
+        c = data.get("confirmed") or {}
+        if c.get("baseline") and c.get("best"):
+            out[name] = c["baseline"] / c["best"]
+            again.add(name)
+    return out, static, again
 
 
 def plot_summary(runs: list[RunDir], path: Path) -> Path:
-    """Speedup per kernel; one bar per strategy (or per run) when several are given."""
+    """Speedup per kernel (only kernels with a result), labelled; one bar per strategy (or
+    per run) when several are given; hatched where measured again at the end."""
     plt = _pyplot()
-    groups: dict[str, dict[str, float]] = {}
+    groups: dict[str, tuple[dict[str, float], set[str]]] = {}
     static = False
     for run in runs:
         label = run_strategy(run)
         if label in groups:
             label = f"{label} ({run.path.name})"
-        groups[label], st = best_speedups(run)
+        speeds, st, again = best_speedups(run)
+        groups[label] = (speeds, again)
         static |= st
-    kernels = sorted({k for g in groups.values() for k in g})
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(kernels) * max(1, len(groups))), 4.5))
+    kernels = sorted({k for speeds, _ in groups.values() for k in speeds})
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(kernels) * max(1, len(groups))), 4.8))
     width = 0.8 / max(1, len(groups))
-    for i, (label, speeds) in enumerate(groups.items()):
-        xs = [j + i * width for j in range(len(kernels))]
-        ax.bar(xs, [speeds.get(k, 0.0) for k in kernels], width, label=label)
-    ax.axhline(1.0, color="gray", linestyle=":")
+    for i, (label, (speeds, again)) in enumerate(groups.items()):
+        xs = [j + i * width for j, k in enumerate(kernels) if k in speeds]
+        ys = [speeds[k] for k in kernels if k in speeds]
+        bars = ax.bar(xs, ys, width, label=label, color=f"C{i}",
+                      hatch=["//" if k in again else "" for k in kernels if k in speeds])
+        ax.bar_label(bars, labels=[f"{y:.2f}x" for y in ys], fontsize=7, padding=2)
+    ax.axhline(1.0, color="gray", linestyle=":", label="baseline (1.00x)")
     ax.set_xticks([j + width * (len(groups) - 1) / 2 for j in range(len(kernels))])
     ax.set_xticklabels(kernels, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("speedup vs baseline" + (" (static estimate)" if static else ""))
-    ax.set_title("best speedup per kernel" + (f"\n{STATIC_NOTE}" if static else ""), fontsize=10)
+    ax.set_ylim(bottom=min([1.0, *[y for s, _ in groups.values() for y in s.values()]]) * 0.9)
+    hatched = any(again for _, again in groups.values())
+    ax.set_title("best speedup per kernel"
+                 + ("\nhatched: baseline and best measured again at the end" if hatched else "")
+                 + (f"\n{STATIC_NOTE}" if static else ""), fontsize=9)
     ax.legend(fontsize=8)
     return _save(fig, plt, path)
 
@@ -180,8 +257,8 @@ def plot_bench(bench_dir: Path, kernels: list[str] | None = None, limit: int = 4
             e = entries[strategy]
             if e.get("curve"):
                 xs, ys = zip(*e["curve"])
-                ax.step(xs, ys, where="post", marker="o", markersize=3,
-                        label=f"{strategy} ({e['evals']} evals)")
+                ax.step(xs, ys, where="post", label=f"{strategy} ({e['evals']} evals)",
+                        **_style(strategy))
         base = next((e["baseline"] for e in entries.values() if e.get("baseline")), None)
         if base:
             ax.axhline(base, color="gray", linestyle=":", label="baseline")
@@ -198,7 +275,7 @@ def plot_bench(bench_dir: Path, kernels: list[str] | None = None, limit: int = 4
         reds = sorted(r for v in results["kernels"].values() if strategy in v
                       and (r := reduction(v[strategy])) is not None)
         if reds:
-            ax.plot(range(1, len(reds) + 1), reds, marker=".", label=strategy)
+            ax.plot(range(1, len(reds) + 1), reds, label=strategy, **_style(strategy))
     ax.set_xlabel("kernels, sorted by the strategy's own reduction")
     ax.set_ylabel("cycle reduction vs baseline (%)")
     ax.set_title("evo bench: cycle reduction per kernel" + note, fontsize=10)
@@ -208,13 +285,25 @@ def plot_bench(bench_dir: Path, kernels: list[str] | None = None, limit: int = 4
     return written
 
 
+def _style(strategy: str) -> dict:
+    """A line style, marker and colour per strategy, so no strategy hides another where
+    their curves coincide (the same strategy looks the same in every plot)."""
+    from evo.bench import STRATEGIES
+
+    i = STRATEGIES.index(strategy) if strategy in STRATEGIES else len(STRATEGIES)
+    return {"color": f"C{i}", "linestyle": ("-", "--", "-.", ":")[i % 4],
+            "marker": "os^vDP*X"[i % 8], "markersize": 4, "linewidth": 1.5, "alpha": 0.9}
+
+
 def _save(fig, plt, path: Path) -> Path:
-    """Render to memory, then write the PNG whole (a write that fails leaves no half file)."""
+    """Render to memory, then write each file whole (a write that fails leaves no half
+    file): the PNG, and an SVG beside it (scales for papers and slides)."""
     import io
 
     fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=100)
+    for fmt, target in (("png", path), ("svg", path.with_suffix(".svg"))):
+        data = io.BytesIO()
+        fig.savefig(data, format=fmt, dpi=100)
+        write_atomic(target, data.getvalue())
     plt.close(fig)
-    write_atomic(path, png.getvalue())
     return path

@@ -99,6 +99,8 @@ def test_show_and_plot(straight, tmp_path):
     png = straight / "plots" / f"{KERNEL}.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (straight / "plots" / "summary.png").stat().st_size > 1000
+    for name in (KERNEL, "summary"):  # an SVG beside each PNG
+        assert b"<svg" in (straight / "plots" / f"{name}.svg").read_bytes()[:400]
 
 
 @pytest.mark.parametrize("args,needle", [
