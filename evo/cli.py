@@ -1,8 +1,9 @@
 """The ``evo`` command line.
 
 ``build_parser`` describes every subcommand; each runs a small function
-``evo.commands.cmd_<name>(args) -> int``. ``main`` maps bad input (an ``EvoError``) to
-one line on stderr and exit status 2, never a traceback.
+``evo.commands.cmd_<name>(args) -> int``. ``main`` turns an error into one line on stderr,
+never a traceback, and an exit status from ``evo.exit_codes`` (bad input: a usage error;
+a tool, GPU or file that failed: a runtime failure).
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from evo import commands
+from evo import commands, exit_codes
+from evo.config import Config
 from evo.strategies import NAMES as STRATEGIES
 from genomes.errors import EvoError
 from harness.backends import BACKENDS
+
+KERNEL_HELP = "a suite kernel's name (see `evo kernels`), or a spec (.toml) or PTX file"
 
 DESCRIPTION = """\
 evo evolves NVIDIA GPU kernels at the PTX level: genomes of PTX transforms (and LLM
@@ -33,65 +37,129 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return exit_codes.USAGE
+    args.argv = ["evo", *map(str, sys.argv[1:] if argv is None else argv)]  # for meta.json
     try:
         return args.func(args)
     except EvoError as err:
         print(f"evo: error: {err}", file=sys.stderr)
-        return 2
+        return exit_codes.for_error(err)
     except BrokenPipeError:  # e.g. `evo store stats runs/store.sqlite | head`
         sys.stderr.close()  # nothing more can be printed; say nothing at exit either
-        return 0
+        return exit_codes.OK
     except OSError as err:  # a path no command foresaw (read-only, vanished): still one line
         where = f" {err.filename}" if err.filename else ""
         print(f"evo: error: cannot use{where}: {err.strerror or err}; check the path and its "
               f"permissions", file=sys.stderr)
-        return 2
+        return exit_codes.for_error(err)
     except sqlite3.DatabaseError as err:  # damage the store's check at open did not see
         print(f"evo: error: the measurement store failed ({err}): `evo store check PATH` "
               f"looks for damage and `evo store repair PATH` keeps what can be read",
               file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+        return exit_codes.for_error(err)
+    except KeyboardInterrupt as err:
         print("evo: interrupted", file=sys.stderr)
-        return 130
+        return exit_codes.for_error(err)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, exiting with evo's usage-error status (subparsers inherit it)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(exit_codes.USAGE, f"{self.prog}: error: {message}\n")
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default appended, unless its help already says it or there is none to
+    say (None, False: no "(default: None)" noise); texts laid out in lines kept as written."""
+
+    def _fill_text(self, text, width, indent):
+        if "\n" in text.strip():
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        nothing = (any(action.default is x for x in (None, False, argparse.SUPPRESS))  # not 0
+                   or action.default == "")
+        if ("default" in text.lower() or nothing
+                or not (action.option_strings or action.nargs in ("?", "*"))):
+            return text
+        return text + " (default: %(default)s)"
+
+
+class _Version(argparse.Action):
+    """``--version``: the version is looked up only when asked (importlib.metadata is slow)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print evo's version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from evo import version
+
+        print(f"evo {version()}")
+        parser.exit(exit_codes.OK)
+
+
+def _config_default(key: str) -> str:
+    """How a run flag without its own default is resolved: the config file, else built in."""
+    value = getattr(Config().run, key)
+    value = ",".join(map(str, value)) if isinstance(value, list) else value
+    return f" (default: [run] {key} of the config, else {value})".replace("%", "%%")
+
+
+def _json_flag(p: argparse.ArgumentParser, only: str = "") -> None:
+    p.add_argument("--json", action="store_true",
+                   help=f"{only}print one JSON document (the same facts as the text) instead")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="evo", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    parser = _Parser(prog="evo", description=DESCRIPTION, epilog=exit_codes.epilog(),
+                     formatter_class=_Formatter)
+    parser.add_argument("--version", action=_Version)
+    commands_ = parser.add_subparsers(title="commands", metavar="COMMAND")
 
-    p = sub.add_parser("transforms", help="list the transform library")
+    def command(name: str, help: str, **kw) -> argparse.ArgumentParser:
+        # every subcommand's own --help shows its summary and the defaults
+        kw.setdefault("description", help[:1].upper() + help[1:] + ".")
+        return commands_.add_parser(name, help=help, formatter_class=_Formatter, **kw)
+
+    p = command("transforms", "list the transform library")
+    _json_flag(p)
     p.set_defaults(func=commands.cmd_transforms)
 
-    p = sub.add_parser("kernels", help="list the built-in kernel suite")
+    p = command("kernels", "list the built-in kernel suite")
+    _json_flag(p)
     p.set_defaults(func=commands.cmd_kernels)
 
-    p = sub.add_parser("init-kernel", help="write a spec skeleton (TOML) for a PTX kernel")
-    p.add_argument("ptx", type=Path, metavar="PTX")
+    p = command("init-kernel", "write a spec skeleton (TOML) for a PTX kernel")
+    p.add_argument("ptx", type=Path, metavar="PTX", help="the PTX file to describe")
     p.add_argument("--entry", help="the .entry to describe (needed when the PTX has several)")
     p.add_argument("-o", "--output", type=Path,
                    help="where to write it (default: beside the PTX, same name, .toml)")
     p.set_defaults(func=commands.cmd_init_kernel)
 
-    p = sub.add_parser("apply", help="apply a genome to a kernel's PTX and print the result")
-    p.add_argument("genome", metavar="GENOME")
-    p.add_argument("kernel", metavar="KERNEL")
+    p = command("apply", "apply a genome to a kernel's PTX and print the result")
+    p.add_argument("genome", metavar="GENOME", help="the genes to apply (a JSON file or string, "
+                   "or an inline list such as 'vec_ld,maxnreg(n=128)')")
+    p.add_argument("kernel", metavar="KERNEL", help=KERNEL_HELP)
     p.add_argument("-o", "--output", type=Path, help="write the PTX here instead of stdout")
     p.set_defaults(func=commands.cmd_apply)
 
-    p = sub.add_parser("compile", help="assemble a kernel (optionally with a genome) with "
-                                       "ptxas and print its resource report")
-    p.add_argument("kernel", metavar="KERNEL")
+    p = command("compile", "assemble a kernel (optionally with a genome) with ptxas and "
+                           "print its resource report")
+    p.add_argument("kernel", metavar="KERNEL", help=KERNEL_HELP)
     p.add_argument("--genome", metavar="GENOME", help="apply this genome first")
     p.add_argument("--arch", default="sm_90", help="target architecture (default sm_90; PTX "
                    "with an arch-specific .target such as sm_90a is assembled for that target)")
+    _json_flag(p)
     p.set_defaults(func=commands.cmd_compile)
 
-    p = sub.add_parser("measure", help="check and time a kernel (optionally with a genome) "
-                                       "and its baseline, through the measurement store")
-    p.add_argument("kernel", metavar="KERNEL")
+    p = command("measure", "check and time a kernel (optionally with a genome) and its "
+                           "baseline, through the measurement store")
+    p.add_argument("kernel", metavar="KERNEL", help=KERNEL_HELP)
     p.add_argument("--genome", metavar="GENOME", help="apply this genome first")
     p.add_argument("--backend", default="auto", choices=BACKENDS,
                    help="gpu: measure; replay: answer from the store only; static: no GPU, a "
@@ -102,11 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", metavar="NAME", help="replay: the device whose measurements to use "
                                                     "(default: the store's only GPU device)")
     p.add_argument("--seed", type=int, default=0, help="seed for the check and timing inputs")
+    _json_flag(p)
     p.set_defaults(func=commands.cmd_measure)
 
-    p = sub.add_parser("stability", help="the same variant in several fresh GPU worker "
-                                         "processes: how far apart its figures read (GPU only)")
-    p.add_argument("kernel", metavar="KERNEL")
+    p = command("stability", "the same variant in several fresh GPU worker processes: how "
+                             "far apart its figures read (GPU only)")
+    p.add_argument("kernel", metavar="KERNEL", help=KERNEL_HELP)
     p.add_argument("--genome", metavar="GENOME", help="apply this genome first")
     p.add_argument("--workers", type=int, default=5, help="fresh worker processes (default 5)")
     p.add_argument("--repeats", type=int, default=3, help="measurements per worker (default 3)")
@@ -116,31 +185,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", type=int, default=0, metavar="ID", help="CUDA device id (default 0)")
     p.set_defaults(func=commands.cmd_stability)
 
-    p = sub.add_parser("run", help="evolve the kernels of the suite (the main job)",
-                       description="Search for faster variants of every kernel in the config's "
+    p = command("run", "evolve the kernels of the suite (the main job)",
+                description="Search for faster variants of every kernel in the config's "
                        "suite (or --kernel), measuring each candidate; writes runs/<name>/.")
     p.add_argument("--config", type=Path, default=None,
                    help="config file (default ./evo.toml if present, else built-in defaults)")
     p.add_argument("--kernel", action="append", metavar="KERNEL",
-                   help="evolve this kernel instead of the suite (repeatable; globs allowed)")
+                   help="evolve this kernel instead of the suite (repeatable; globs allowed)"
+                   + _config_default("suite"))
     p.add_argument("--strategy", choices=STRATEGIES,
-                   help="evolve (default), greedy, sweep (each gene alone), oracle (every "
-                        "combination of one gene per group: ~57k genomes a kernel)")
-    p.add_argument("--generations", type=int, help="generations per kernel (evolve)")
-    p.add_argument("--pop", type=int, help="population size (evolve)")
-    p.add_argument("--max-evals", type=int, help="evaluations per kernel (0 = no cap)")
-    p.add_argument("--seed", type=int, help="every random choice flows from this seed")
+                   help="evolve, greedy, sweep (each gene alone), oracle (every combination "
+                        "of one gene per group: ~57k genomes a kernel)"
+                   + _config_default("strategy"))
+    p.add_argument("--generations", type=int,
+                   help="generations per kernel (evolve)" + _config_default("generations"))
+    p.add_argument("--pop", type=int, help="population size (evolve)" + _config_default("pop"))
+    p.add_argument("--max-evals", type=int,
+                   help="evaluations per kernel, 0 = no cap" + _config_default("max_evals"))
+    p.add_argument("--seed", type=int,
+                   help="every random choice flows from this seed" + _config_default("seed"))
     p.add_argument("--llm-rate", type=float, metavar="P",
                    help="probability that a child is mutated by the LLM ([llm] in evo.toml "
-                        "says which endpoint and model; default 0: no LLM)")
-    p.add_argument("--backend", choices=BACKENDS)
+                        "says which endpoint and model; default: [llm] rate of the config, "
+                        "else 0: no LLM)")
+    p.add_argument("--backend", choices=BACKENDS,
+                   help="gpu: measure; replay: answer from the store only; static: no GPU, a "
+                        "ptxas/SASS cost estimate; auto: gpu if CuPy sees one, else static"
+                   + _config_default("backend"))
     p.add_argument("--gpus", type=_gpu_ids, metavar="IDS",
-                   help="comma-separated GPU ids, one worker each (e.g. 0,1)")
-    p.add_argument("--store", help="measurement store (SQLite), shared across runs")
+                   help="comma-separated GPU ids, one worker each (e.g. 0,1)"
+                   + _config_default("gpus"))
+    p.add_argument("--store", help="measurement store (SQLite), shared across runs"
+                   + _config_default("store"))
     p.add_argument("--priors", metavar="auto|none|FILE",
-                   help="learn from other kernels' results (evolve): auto (the priors shipped "
-                        "with evo plus this store), none (default: a cold start), or a priors "
-                        "file (evo priors build) or store")
+                   help="learn from other kernels' results (evolve): auto (default: the "
+                        "priors shipped with evo plus this store), none (a cold start), or a "
+                        "priors file (evo priors build) or store")
     p.add_argument("--caches", choices=("spec", "warm", "cold"),
                    help="the L2 when timing: spec (each spec's own `caches`, default), warm (launches "
                         "reuse their data, which stays in the L2 when it fits) or cold (every "
@@ -150,12 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue RUN from its last checkpoint (a larger --generations extends it)")
     p.add_argument("--from-previous", action="store_true",
                    help="with --resume: use the previous checkpoint (if the last is damaged)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress output (the final table is still printed)")
     p.add_argument("-v", "--verbose", action="store_true", help="a line per generation")
     p.set_defaults(func=commands.cmd_run)
 
-    p = sub.add_parser("bench", help="strategies side by side on the same kernels and GPU; "
-                                     "writes OUT/results.json and OUT/bench.md")
+    p = command("bench", "strategies side by side on the same kernels and GPU; writes "
+                         "OUT/results.json and OUT/bench.md")
     p.add_argument("--suite", default="gemm64",
                    help="gemm64 (the 64 {2,4,6,8}^3 tiles), gemm_large, many (the many-thread "
                         "kernels), or comma-separated kernel names")
@@ -175,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replay: the measurement store to answer from (see evo store merge)")
     p.add_argument("--device", metavar="NAME",
                    help="replay: the device whose measurements to use (default: the only one)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="every random choice flows from this seed")
     p.add_argument("--caches", choices=("spec", "warm", "cold"), default="spec",
                    help="the L2 when timing: spec (each spec's own `caches`, default), warm (launches "
                         "reuse their data, which stays in the L2 when it fits) or cold (every "
@@ -198,19 +279,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "after the others have finished every kernel)")
     p.add_argument("--out", type=Path, required=True, help="bench folder (results.json is "
                    "read back, so a second call continues where the first stopped)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress lines (bench.md is still printed)")
     p.set_defaults(func=commands.cmd_bench)
 
-    p = sub.add_parser("store", help="inspect, merge, check or repair measurement stores")
+    p = command("store", "inspect, merge, check or repair measurement stores")
     p.add_argument("action", choices=("stats", "merge", "check", "repair"),
                    help="stats: rows per device and kernel; merge: copy SRC stores into PATH; "
                         "check: look for damage; repair: copy a damaged store's readable rows "
                         "into a fresh one (the damaged file is kept aside)")
-    p.add_argument("path", type=Path, metavar="PATH")
-    p.add_argument("sources", type=Path, nargs="*", metavar="SRC")
+    p.add_argument("path", type=Path, metavar="PATH",
+                   help="the measurement store (merge: the one copied into)")
+    p.add_argument("sources", type=Path, nargs="*", metavar="SRC",
+                   help="merge: the stores to copy in")
+    _json_flag(p, "stats: ")
     p.set_defaults(func=commands.cmd_store)
 
-    p = sub.add_parser("priors", help="build or inspect priors: what genes did on other "
-                                      "kernels (for evo run --priors)")
+    p = command("priors", "build or inspect priors: what genes did on other kernels (for "
+                          "evo run --priors)")
     p.add_argument("action", choices=("build", "show"),
                    help="build: a priors file from measurement stores; show: a priors file's "
                         "kernels, or with --kernel the prior one kernel would get")
@@ -224,15 +310,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", metavar="KERNEL", help="show: the prior this kernel would get")
     p.set_defaults(func=commands.cmd_priors)
 
-    p = sub.add_parser("show", help="table of a run's kernels: baseline, best, speedup, genome")
-    p.add_argument("run", type=Path, metavar="RUN")
+    p = command("show", "table of a run's kernels: baseline, best, speedup, genome")
+    p.add_argument("run", type=Path, metavar="RUN", help="a run folder (runs/<name>)")
+    _json_flag(p)
     p.set_defaults(func=commands.cmd_show)
 
-    p = sub.add_parser("plot", help="write fitness curves (plots/<kernel>.png) and a speedup "
-                                    "summary (plots/summary.png) for one or more runs; for an "
-                                    "evo bench folder, best-so-far curves per strategy and "
-                                    "plots/reduction.png")
-    p.add_argument("runs", type=Path, nargs="+", metavar="RUN")
+    p = command("plot", "write fitness curves (plots/<kernel>.png) and a speedup summary "
+                        "(plots/summary.png) for one or more runs; for an evo bench folder, "
+                        "best-so-far curves per strategy and plots/reduction.png")
+    p.add_argument("runs", type=Path, nargs="+", metavar="RUN",
+                   help="run folders or evo bench folders")
     p.add_argument("--kernels", help="bench folders: comma-separated kernels to draw "
                                      "(default: the first 4)")
     p.set_defaults(func=commands.cmd_plot)

@@ -1,7 +1,8 @@
 """What each ``evo`` subcommand does: ``cmd_<name>(args) -> int``, one per subcommand.
 
 ``evo.cli`` builds the parser and maps each subcommand here; bad input is an ``EvoError``,
-which ``evo.cli.main`` turns into one line on stderr and exit status 2.
+which ``evo.cli.main`` turns into one line on stderr; exit statuses: ``evo.exit_codes``.
+``--json`` documents are built by ``evo.json_output``.
 """
 
 from __future__ import annotations
@@ -10,28 +11,35 @@ import contextlib
 import sys
 from pathlib import Path
 
-from genomes.errors import EvoError
+from genomes.errors import EvoError, RuntimeFailure
+
+from evo import exit_codes, json_output
+from evo.kernel_args import kernel_launch, kernel_ptx, parse, write_output
 
 
 def cmd_transforms(args) -> int:
     from genomes import transforms
 
+    if args.json:
+        return json_output.emit(json_output.transforms_doc())
     rows = [(t.name, t.group or "-", " ".join(p.describe() for p in t.params) or "-",
              t.summary) for t in transforms.registry().values()]
     _print_table(("transform", "group", "params", "what it does"), rows)
     aliases = ", ".join(f"{a}={t}({','.join(f'{k}={v}' for k, v in p.items())})"
                         for a, (t, p) in sorted(transforms.ALIASES.items()))
     print(f"\naliases: {aliases}")
-    return 0
+    return exit_codes.OK
 
 
 def cmd_kernels(args) -> int:
     from harness.suite import list_kernels
 
+    if args.json:
+        return json_output.emit(json_output.kernels_doc())
     rows = [(k.name, "x".join(map(str, k.grid)), "x".join(map(str, k.block)), k.timing,
              k.description) for k in list_kernels()]
     _print_table(("kernel", "grid", "block", "timer", "description"), rows)
-    return 0
+    return exit_codes.OK
 
 
 def cmd_init_kernel(args) -> int:
@@ -46,7 +54,7 @@ def cmd_init_kernel(args) -> int:
     write_output(out, spec_skeleton(read_ptx(args.ptx), args.entry, args.ptx.name))
     print(f"wrote {out}: fill in every TODO (buffer counts and roles, scalar values, "
           f"grid and block), then `evo measure {out}`")
-    return 0
+    return exit_codes.OK
 
 
 def cmd_apply(args) -> int:
@@ -55,7 +63,7 @@ def cmd_apply(args) -> int:
     genome = load_genome(args.genome)
     ptx_text, source = kernel_ptx(args.kernel)
     launch = kernel_launch(args.kernel)
-    applied = apply_genome(_parse(ptx_text, source), genome, launch)
+    applied = apply_genome(parse(ptx_text, source), genome, launch)
     for outcome in applied.outcomes:
         extra = f" ({outcome.changes} changes)" if outcome.changes else ""
         detail = f": {outcome.detail}" if outcome.detail else ""
@@ -68,7 +76,7 @@ def cmd_apply(args) -> int:
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(applied.ptx)
-    return 0
+    return exit_codes.OK
 
 
 def cmd_compile(args) -> int:
@@ -78,12 +86,15 @@ def cmd_compile(args) -> int:
     if args.genome:
         from genomes.genome import apply_genome, load_genome
 
-        ptx_text = apply_genome(_parse(ptx_text, source), load_genome(args.genome),
+        ptx_text = apply_genome(parse(ptx_text, source), load_genome(args.genome),
                                 kernel_launch(args.kernel)).ptx
     result = compile_ptx(ptx_text, args.arch)
+    if args.json:
+        json_output.emit(json_output.compile_doc(source, result))
+        return exit_codes.OK if result.ok else exit_codes.FAILURE
     if not result.ok:
         print(f"ptxas failed: {result.error}")
-        return 1
+        return exit_codes.FAILURE
     print(f"kernel:        {source}")
     print(f"arch:          {result.arch}")
     print(f"registers:     {result.registers}")
@@ -92,7 +103,7 @@ def cmd_compile(args) -> int:
     print(f"stack frame:   {result.stack_frame} B")
     print(f"shared memory: {result.shared_mem} B")
     print(f"cubin:         {len(result.cubin)} B, ptxas {result.seconds * 1000:.0f} ms")
-    return 0
+    return exit_codes.OK
 
 
 def cmd_measure(args) -> int:
@@ -117,6 +128,10 @@ def cmd_measure(args) -> int:
         base = evaluator.baseline(spec)
         m = evaluator.evaluate(spec, [genome])[0]
     static = m.is_static or backend.name == "static" or (backend.device == "static")
+    if args.json:
+        json_output.emit(json_output.measure_doc(spec, genome, m, base, backend, store_path,
+                                                 static))
+        return exit_codes.OK if m.valid else exit_codes.FAILURE
     tag = "static estimate, not measured"
 
     def say(line: str, estimate: bool = False) -> None:
@@ -150,7 +165,7 @@ def cmd_measure(args) -> int:
     if m.valid and base.valid and m.cycles and base.cycles:
         say(f"speedup:    {base.cycles / m.cycles:.2f}x vs baseline", estimate=True)
     say(f"store:      {store_path} ({'cached' if m.cached else 'new'})")
-    return 0 if m.valid else 1
+    return exit_codes.OK if m.valid else exit_codes.FAILURE
 
 
 def cmd_stability(args) -> int:
@@ -170,15 +185,15 @@ def cmd_stability(args) -> int:
                                    keep_arena=not args.own_arena,
                                    progress=lambda line: print(line, file=sys.stderr))
     except WorkerStartError as err:
-        raise EvoError(f"evo stability measures on a GPU, and none could be used: "
-                       f"{str(err).split('; install')[0]}") from None
+        raise RuntimeFailure(f"evo stability measures on a GPU, and none could be used: "
+                             f"{str(err).split('; install')[0]}") from None
     print(format_report(report))
-    return 0 if report.figures() else 1
+    return exit_codes.OK if report.figures() else exit_codes.FAILURE
 
 
 def cmd_run(args) -> int:
     from evo import config as config_mod
-    from evo import run
+    from evo import run, runmeta
 
     flags = {"generations": args.generations, "pop": args.pop, "max_evals": args.max_evals,
              "seed": args.seed, "backend": args.backend, "gpus": args.gpus,
@@ -203,19 +218,19 @@ def cmd_run(args) -> int:
 
         checkpoint = new_checkpoint(config)
     try:
-        results = run.execute(rundir, config, checkpoint, verbosity)
+        with runmeta.recorded(rundir, getattr(args, "argv", None), bool(args.resume)):
+            results = run.execute(rundir, config, checkpoint, verbosity)
     except KeyboardInterrupt:
-        return 130
+        return exit_codes.INTERRUPTED
     except BaseException:
         if not args.resume:
             rundir.discard()  # failed before its first evaluation: no folder of config.toml alone
         raise
-    if verbosity:
-        from evo.report import render_table
+    from evo.report import render_table
 
-        print(render_table(results))
-        print(f"\nrun folder: {rundir.path} (evo show / evo plot {rundir.path})")
-    return 0
+    print(render_table(results))  # -q silences progress, never the answer
+    print(f"\nrun folder: {rundir.path} (evo show / evo plot {rundir.path})")
+    return exit_codes.OK
 
 
 def cmd_bench(args) -> int:
@@ -265,7 +280,7 @@ def cmd_bench(args) -> int:
             backend = make_backend("replay", store=stack.enter_context(Store(args.store)),
                                    device=args.device)
         results = bench.run_bench(todo, strategies, base, args.out, args.backend,
-                                  progress=lambda line: print(line, file=sys.stderr),
+                                  progress=_progress(args.quiet),
                                   oracle_kernels=oracle, jobs=args.jobs, backend=backend,
                                   # loo from the bench's own stores needs them kept
                                   keep_stores=args.keep_stores or bool(
@@ -274,12 +289,14 @@ def cmd_bench(args) -> int:
     left = [k for k in kernels if k not in results["kernels"]]
     if left:
         print(f"{len(left)} kernels left: run the same command again to continue")
-    return 0
+    return exit_codes.OK
 
 
 def cmd_store(args) -> int:
     from harness.store import Store
 
+    if args.json and args.action != "stats":
+        raise EvoError(f"--json goes with evo store stats, not {args.action}")
     if args.action in ("check", "repair"):
         return _store_check_or_repair(args.path, args.action == "repair")
     if args.action == "stats" and not args.path.is_file():
@@ -291,8 +308,10 @@ def cmd_store(args) -> int:
             added = store.merge_from(src)
             print(f"{src}: {added['measurements']} measurements, {added['ptx_index']} PTX links added")
         rows = store.summary()
+    if args.json:
+        return json_output.emit(json_output.store_stats_doc(args.path, rows))
     _print_table(("device", "kernel", "measurements", "valid"), rows)
-    return 0
+    return exit_codes.OK
 
 
 def _store_check_or_repair(path: Path, repair: bool) -> int:
@@ -300,7 +319,7 @@ def _store_check_or_repair(path: Path, repair: bool) -> int:
 
     code, lines = check_or_repair(path, repair)
     print("\n".join(lines))
-    return code
+    return exit_codes.OK if code == 0 else exit_codes.FAILURE
 
 
 def cmd_priors(args) -> int:
@@ -321,13 +340,13 @@ def cmd_priors(args) -> int:
             print(f"{device}: {count} kernels")
         print(f"wrote {args.output} ({len(kb['kernels'])} kernels"
               f"{', without ' + ', '.join(sorted(exclude)) if exclude else ''})")
-        return 0
+        return exit_codes.OK
     kb = kb_from_paths(args.paths, exclude, None)
     if not args.kernel:
         _print_table(("device", "kernel", "results", "best genome"),
                      [(e["device"], e["kernel"], e["n"], e["best"][0][0] if e["best"] else "-")
                       for e in kb["kernels"]])
-        return 0
+        return exit_codes.OK
     from evo.learn.source import kernel_prior
     from harness.suite import find_kernel
 
@@ -341,7 +360,7 @@ def cmd_priors(args) -> int:
                  [(k, f"{v:+.3f}", f"{prior['evidence'][k]:.2f}")
                   for k, v in sorted(prior["genes"].items(), key=lambda kv: -kv[1])])
     print("seeds: " + "; ".join(prior["seeds"]))
-    return 0
+    return exit_codes.OK
 
 
 def cmd_show(args) -> int:
@@ -352,10 +371,14 @@ def cmd_show(args) -> int:
 
     rundir = RunDir.open(args.run)
     strategy = tomllib.loads(rundir.config_text())["run"]["strategy"]
-    print(render_table(results_from_checkpoint(rundir, strategy)))
+    results = results_from_checkpoint(rundir, strategy)
+    if args.json:
+        return json_output.emit(json_output.show_doc(rundir, strategy, results,
+                                                     rundir.read_checkpoint().get("llm")))
+    print(render_table(results))
     for line in llm_lines(rundir.read_checkpoint().get("llm")):
         print(line)
-    return 0
+    return exit_codes.OK
 
 
 def cmd_plot(args) -> int:
@@ -368,49 +391,12 @@ def cmd_plot(args) -> int:
     written += plot_runs(runs) if runs else []
     for path in written:
         print(f"wrote {path}")
-    return 0
+    return exit_codes.OK
 
 
-
-
-def write_output(path: Path, text: str) -> None:
-    """Write a command's output file whole (temp file + rename: never half of it), or say in
-    one line why it cannot be written."""
-    from evo.rundir import write_atomic
-
-    write_atomic(path, text)
-
-
-def kernel_ptx(arg: str) -> tuple[str, str]:
-    """The PTX text of KERNEL (a suite name, a .toml spec or a .ptx path) and its source."""
-    path = Path(arg)
-    if path.suffix == ".ptx":
-        if not path.is_file():
-            raise EvoError(f"no such PTX file: {arg}")
-        from harness.spec import read_ptx
-
-        return read_ptx(path), str(path)
-    from harness.suite import find_kernel
-
-    spec = find_kernel(arg)
-    return spec.ptx_text(), str(spec.ptx_path)
-
-
-def kernel_launch(arg: str):
-    """KERNEL's launch from its spec, or None for a PTX file with no spec beside it (genes
-    that change the launch are then no-ops)."""
-    path = Path(arg)
-    if path.suffix == ".ptx" and not path.with_suffix(".toml").is_file():
-        return None
-    from harness.suite import find_kernel
-
-    return find_kernel(arg).launch
-
-
-def _parse(text: str, source: str):
-    from genomes import ptx
-
-    return ptx.parse(text, source)
+def _progress(quiet: bool):
+    """Where progress lines go: stderr, or nowhere with -q (the results are still printed)."""
+    return (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr))
 
 
 def _print_table(header: tuple[str, ...], rows: list[tuple]) -> None:

@@ -23,7 +23,7 @@ from harness.spec import KernelSpec, with_caches
 from harness.suite import find_kernel, list_kernels
 
 from evo import config as config_mod
-from evo import report
+from evo import report, runmeta
 from evo.config import Config
 from evo.learn import source as learn_source
 from evo.learn.observe import link_results
@@ -119,6 +119,9 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     progress = Progress(len(kernels), verbosity)
     progress.note(f"run folder {run.path}; measuring with {backend.describe()}")
     llm = _llm_mutator(config, run, store, checkpoint)
+    runmeta.record_backend(run, backend)
+    if run.fresh:  # set up without error: the run has started, and is the newest
+        run.link_latest()
     results = []
 
     def save() -> None:

@@ -3,8 +3,10 @@
 Every file is written atomically (temp file in the same folder, fsync, rename), so a
 crash leaves either the old or the new version, never half of one. The checkpoint keeps
 its previous version beside it (``checkpoint.prev.json``) to fall back on. events.jsonl
-is appended to; each checkpoint records how many of its bytes it covers, and a resume cuts
-it back to that, so an interrupted generation's rows are not written twice.
+is appended to, each row stamped with the time it was written (``time``, ISO 8601 UTC);
+each checkpoint records how many of its bytes it covers, and a resume cuts it back to that,
+so an interrupted generation's rows are not written twice. ``meta.json`` says what ran
+(``evo.runmeta``); ``latest`` beside the newest run folder links to it.
 """
 
 from __future__ import annotations
@@ -16,20 +18,32 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from genomes.errors import EvoError
+from genomes.errors import EvoError, RuntimeFailure
 
 CONFIG = "config.toml"
 EVENTS = "events.jsonl"
 CHECKPOINT = "checkpoint.json"
 PREVIOUS = "checkpoint.prev.json"
+META = "meta.json"
+LATEST = "latest"
 
 
 class RunDirError(EvoError):
     """A run folder that is missing, not a run, or holds a damaged checkpoint."""
 
 
+class RunDirWriteError(RunDirError, RuntimeFailure):
+    """A run's file or folder that the system will not let evo write."""
+
+
 def default_name() -> str:
     return _dt.datetime.now().strftime("%Y-%m-%dT%H-%M-%S")
+
+
+def utc_now() -> str:
+    """Now, ISO 8601 in UTC to the millisecond: ``2025-01-31T12:00:00.123Z``."""
+    now = _dt.datetime.now(_dt.timezone.utc)
+    return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def write_atomic(path: Path, text: str | bytes) -> None:
@@ -45,7 +59,7 @@ def write_atomic(path: Path, text: str | bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as err:
-        raise RunDirError(_cannot_write(path, err)) from None
+        raise RunDirWriteError(_cannot_write(path, err)) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
@@ -56,7 +70,7 @@ def write_atomic(path: Path, text: str | bytes) -> None:
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(err, OSError):
-            raise RunDirError(_cannot_write(path, err)) from None
+            raise RunDirWriteError(_cannot_write(path, err)) from None
         raise
 
 
@@ -92,6 +106,7 @@ class RunDir:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.created = False  # whether create() made the folder (discard() may remove it)
+        self.fresh = False  # a new run (create()), not one opened to resume or inspect
 
     @classmethod
     def create(cls, path: Path, config_text: str) -> RunDir:
@@ -101,12 +116,12 @@ class RunDir:
         if (path / CHECKPOINT).exists() or (path / EVENTS).exists():
             raise RunDirError(f"{path} already holds a run; use --resume {path} or another --out")
         run = cls(path)
-        run.created = not path.is_dir()
+        run.created, run.fresh = not path.is_dir(), True
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise RunDirError(f"cannot create run folder {path}: {_why(path, err)}; name a "
-                              f"writable folder with --out") from None
+            raise RunDirWriteError(f"cannot create run folder {path}: {_why(path, err)}; "
+                                   f"name a writable folder with --out") from None
         try:
             write_atomic(path / CONFIG, config_text)
         except RunDirError:
@@ -117,14 +132,37 @@ class RunDir:
     def discard(self) -> bool:
         """Remove what ``create`` wrote when the run never got going (no events, no
         checkpoint), so that a run failing before its first evaluation leaves no folder
-        holding only config.toml; the folder goes only if ``create`` made it."""
+        holding only config.toml and meta.json; the folder goes only if ``create`` made it,
+        and ``latest`` too where it points here."""
         if (self.path / EVENTS).exists() or (self.path / CHECKPOINT).exists():
             return False
         if self.created:
             shutil.rmtree(self.path, ignore_errors=True)
         else:
             (self.path / CONFIG).unlink(missing_ok=True)
+            (self.path / META).unlink(missing_ok=True)
+        latest = self.path.parent / LATEST
+        if latest.is_symlink() and os.readlink(latest) == self.path.name:
+            latest.unlink(missing_ok=True)
         return True
+
+    def link_latest(self) -> None:
+        """Point ``latest`` in the folder holding this run (runs/latest) at it: a relative
+        link, replaced atomically (a new link renamed over the old). Skipped silently where
+        symlinks cannot be made, or where ``latest`` is a real file or folder (not ours)."""
+        latest = self.path.parent / LATEST
+        if self.path.name == LATEST or (latest.exists() and not latest.is_symlink()):
+            return
+        tmp = self.path.parent / f".{LATEST}.{os.getpid()}.tmp"
+        try:
+            tmp.unlink(missing_ok=True)
+            os.symlink(self.path.name, tmp, target_is_directory=True)
+            os.replace(tmp, latest)
+        except (OSError, NotImplementedError):
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def check_writable(self) -> None:
         """One RunDirError now, rather than a failure after a generation's work, when the
@@ -136,9 +174,9 @@ class RunDir:
             os.close(fd)
             os.unlink(tmp)
         except OSError as err:
-            raise RunDirError(f"cannot write to run folder {self.path} ({err.filename}: "
-                              f"{err.strerror or err}): make it writable, or resume a "
-                              f"writable copy of it") from None
+            raise RunDirWriteError(f"cannot write to run folder {self.path} ({err.filename}: "
+                                   f"{err.strerror or err}): make it writable, or resume a "
+                                   f"writable copy of it") from None
 
     @classmethod
     def open(cls, path: Path) -> RunDir:
@@ -157,17 +195,19 @@ class RunDir:
         write_atomic(self.path / CONFIG, text)
 
     def append_events(self, events: list[dict]) -> None:
-        """Append events as JSON lines, flushed to disk before returning."""
+        """Append events as JSON lines, each stamped with ``time`` (now, ISO 8601 UTC; the
+        caller's dicts are left as they are), flushed to disk before returning."""
         if not events:
             return
+        now = utc_now()
         try:
             with open(self.path / EVENTS, "a", encoding="utf-8") as f:
                 for event in events:
-                    f.write(json.dumps(event, sort_keys=True) + "\n")
+                    f.write(json.dumps({**event, "time": now}, sort_keys=True) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as err:
-            raise RunDirError(_cannot_write(self.path / EVENTS, err)) from None
+            raise RunDirWriteError(_cannot_write(self.path / EVENTS, err)) from None
 
     def events_size(self) -> int:
         """The size of events.jsonl in bytes (0 when it does not exist yet)."""
@@ -202,7 +242,7 @@ class RunDir:
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as err:
-            raise RunDirError(_cannot_write(path, err)) from None
+            raise RunDirWriteError(_cannot_write(path, err)) from None
 
     def events(self) -> list[dict]:
         """All events; a torn last line (a crash mid-write) is skipped."""
@@ -262,6 +302,17 @@ class RunDir:
         if launch_json is not None:
             write_atomic(self.path / "best" / f"{kernel}.launch.json",
                          json.dumps(launch_json, indent=1, sort_keys=True) + "\n")
+
+    def read_meta(self) -> dict | None:
+        """meta.json, or None where it is missing or unreadable (a run from before it)."""
+        try:
+            data = json.loads((self.path / META).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write_meta(self, data: dict) -> None:
+        write_atomic(self.path / META, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
     def write_text(self, relative: str, text: str) -> Path:
         path = self.path / relative

@@ -32,7 +32,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from genomes.errors import EvoError
+from genomes.errors import EvoError, RuntimeFailure
 from harness.record import Measurement
 
 #: Bump when the tables change; an older evo refuses a newer store rather than guess.
@@ -82,6 +82,11 @@ class StoreError(EvoError):
     """A store that cannot be used (newer schema, not a SQLite file, unwritable path)."""
 
 
+class StoreFailure(StoreError, RuntimeFailure):
+    """A store the machine cannot use (damaged, unreadable, unwritable, too new), as opposed
+    to a wrong path named by the user: the CLI exits with its runtime-failure status."""
+
+
 def damaged(path: str | Path, problem: str) -> str:
     """The one line that reports a damaged store file and the way out."""
     problem = " ".join(problem.replace("*** in database main ***", "").split())
@@ -114,7 +119,7 @@ class Store:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as err:
-                raise StoreError(f"cannot create the folder for measurement store {path}: {err}") from None
+                raise StoreFailure(f"cannot create the folder for measurement store {path}: {err}") from None
         self._lock = threading.Lock()  # one connection, used from the compile/measure threads
         self.counts: Counter = Counter()  # hits/misses of this process, for dedup rates
         try:
@@ -127,7 +132,7 @@ class Store:
             self._check_sound()
             self._retry(self._init_schema)
         except sqlite3.DatabaseError as err:
-            raise StoreError(f"cannot open measurement store {path}: {err}") from None
+            raise StoreFailure(f"cannot open measurement store {path}: {err}") from None
 
     def _check_sound(self) -> None:
         """Refuse a damaged store at once (a malformed page would otherwise fail some lookup
@@ -142,7 +147,7 @@ class Store:
         except sqlite3.DatabaseError as err:
             problem = str(err)
         if problem:
-            raise StoreError(damaged(self.path, problem))
+            raise StoreFailure(damaged(self.path, problem))
 
     # ------------------------------------------------------------------ setup
     @staticmethod
@@ -165,8 +170,8 @@ class Store:
             if row is None:
                 self._db.execute("INSERT INTO schema_info VALUES ('version', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
-                raise StoreError(f"measurement store {self.path} has schema version {row[0]}; this evo "
-                                 f"reads up to version {SCHEMA_VERSION}: upgrade evo or use another --store")
+                raise StoreFailure(f"measurement store {self.path} has schema version {row[0]}; this evo "
+                                   f"reads up to version {SCHEMA_VERSION}: upgrade evo or use another --store")
 
     @contextlib.contextmanager
     def _transaction(self):

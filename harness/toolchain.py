@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from genomes.errors import EvoError
+from genomes.errors import RuntimeFailure
 
 #: How to get each tool, for the one-line error message.
 _INSTALL_HINT = {
@@ -43,7 +43,7 @@ _WHEEL_DIRS = {
 }
 
 
-class MissingToolError(EvoError):
+class MissingToolError(RuntimeFailure):
     """A required NVIDIA tool (ptxas, cuobjdump, nvdisasm) cannot be found."""
 
 

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from genomes.errors import EvoError
+from genomes.errors import RuntimeFailure
 from harness import record
 from harness.record import Measurement
 from genomes.launch import Launch
@@ -48,7 +48,7 @@ MIN_CHECK_SEEDS = 5
 """Fewest fresh input sets a variant must pass: one lucky input set proves little."""
 
 
-class WorkerStartError(EvoError):
+class WorkerStartError(RuntimeFailure):
     """The GPU worker process could not start (no GPU, no CuPy, a broken driver)."""
 
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT, needs_ptxas
+from evo import exit_codes
 from evo.cli import main
 
 
@@ -85,7 +86,7 @@ def test_unparsable_ptx_names_the_line(tmp_path):
 
 def test_missing_ptxas_says_how_to_install(tmp_path):
     proc = run_cli("compile", "gemm_tile_2x2x2", env={"EVO_PTXAS": str(tmp_path / "nope")})
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.returncode == exit_codes.FAILURE and "Traceback" not in proc.stderr  # not usage
     assert "EVO_PTXAS" in proc.stderr
 
 
@@ -96,7 +97,7 @@ def test_missing_ptxas_everywhere_names_the_pip_package(tmp_path):
             "import sys; from evo.cli import main; sys.exit(main(['compile', 'gemm_tile_2x2x2']))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, env={**os.environ, **env}, timeout=120)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.returncode == exit_codes.FAILURE and "Traceback" not in proc.stderr
     assert "nvidia-cuda-nvcc" in proc.stderr
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import ROOT, gpu_available, needs_ptxas
 from evo.cli import build_parser, main
+from evo.exit_codes import FAILURE
 
 KERNEL = "gemm_tile_2x2x2"
 SUITE = ROOT / "harness" / "kernels"
@@ -105,14 +106,14 @@ def test_out_names_an_existing_file(tmp_path, capsys):
 def test_out_under_a_file(tmp_path, capsys):
     (tmp_path / "f").write_text("mine")
     fails(capsys, static_run(tmp_path / "f" / "run", tmp_path / "s.sqlite"),
-          "cannot create run folder", "is a file, not a folder", "--out")
+          "cannot create run folder", "is a file, not a folder", "--out", code=FAILURE)
 
 
 def test_default_runs_folder_unwritable(tmp_path):
     (tmp_path / "runs").write_text("not a folder")
     proc = evo("run", "--kernel", KERNEL, "--backend", "static", "--store", "s.sqlite", "-q",
                cwd=tmp_path)
-    one_line(proc.returncode, proc.stderr, "runs is a file, not a folder", "--out")
+    one_line(proc.returncode, proc.stderr, "runs is a file, not a folder", "--out", code=FAILURE)
 
 
 @needs_ptxas
@@ -120,9 +121,9 @@ def test_init_kernel_and_apply_output_unwritable(tmp_path, capsys):
     (tmp_path / "f").write_text("mine")
     shutil.copy(SUITE / f"{KERNEL}.ptx", tmp_path / "k.ptx")
     fails(capsys, ["init-kernel", tmp_path / "k.ptx", "-o", tmp_path / "f" / "k.toml"],
-          "cannot write", "is a file, not a folder")
+          "cannot write", "is a file, not a folder", code=FAILURE)
     fails(capsys, ["apply", "vec_ld", KERNEL, "-o", tmp_path / "f" / "v.ptx"],
-          "cannot write", "is a file, not a folder")
+          "cannot write", "is a file, not a folder", code=FAILURE)
     assert sorted(os.listdir(tmp_path)) == ["f", "k.ptx"]
 
 
@@ -131,7 +132,7 @@ def test_plot_into_unwritable_folder(small_run, tmp_path, capsys):
     run = shutil.copytree(small_run, tmp_path / "run")
     shutil.rmtree(run / "plots", ignore_errors=True)
     (run / "plots").write_text("not a folder")
-    fails(capsys, ["plot", run], "cannot write", "plots is a file, not a folder")
+    fails(capsys, ["plot", run], "cannot write", "plots is a file, not a folder", code=FAILURE)
 
 
 @needs_ptxas
@@ -140,7 +141,7 @@ def test_resume_with_unwritable_events(small_run, tmp_path, capsys):
     (run / "events.jsonl").unlink()
     (run / "events.jsonl").mkdir()  # unwritable even for root
     fails(capsys, ["run", "--resume", run, "--generations", "2", "-q"],
-          "cannot write to run folder", "events.jsonl")
+          "cannot write to run folder", "events.jsonl", code=FAILURE)
 
 
 @needs_ptxas
@@ -154,10 +155,12 @@ def test_read_only_permissions(small_run, tmp_path, capsys):
     ro.chmod(0o555)
     run.chmod(0o555)
     try:
-        fails(capsys, static_run(ro / "run", tmp_path / "s.sqlite"), "cannot create run folder")
-        fails(capsys, ["apply", "vec_ld", KERNEL, "-o", ro / "v.ptx"], "cannot write")
-        fails(capsys, ["plot", run], "cannot write")
-        fails(capsys, ["run", "--resume", run, "-q"], "cannot write to run folder")
+        fails(capsys, static_run(ro / "run", tmp_path / "s.sqlite"), "cannot create run folder",
+              code=FAILURE)
+        fails(capsys, ["apply", "vec_ld", KERNEL, "-o", ro / "v.ptx"], "cannot write",
+              code=FAILURE)
+        fails(capsys, ["plot", run], "cannot write", code=FAILURE)
+        fails(capsys, ["run", "--resume", run, "-q"], "cannot write to run folder", code=FAILURE)
     finally:
         ro.chmod(0o755)
         run.chmod(0o755)
@@ -186,11 +189,12 @@ def damaged_store(tmp_path):
 
 def test_damaged_store_is_reported_with_a_way_out(damaged_store, tmp_path, capsys):
     line = fails(capsys, static_run(tmp_path / "run", damaged_store), "is damaged",
-                 f"evo store repair {damaged_store}")
+                 f"evo store repair {damaged_store}", code=FAILURE)
     assert "store.sqlite" in line and not (tmp_path / "run").exists()
-    fails(capsys, ["store", "stats", damaged_store], "is damaged", "evo store repair")
+    fails(capsys, ["store", "stats", damaged_store], "is damaged", "evo store repair",
+          code=FAILURE)
     fails(capsys, ["measure", KERNEL, "--backend", "static", "--store", damaged_store],
-          "is damaged")
+          "is damaged", code=FAILURE)
 
 
 def test_store_check_and_repair(damaged_store, capsys):
@@ -455,10 +459,10 @@ def test_unforeseen_os_and_sqlite_errors_are_one_line(monkeypatch, capsys):
         raise PermissionError(13, "Permission denied", "some/file")
 
     monkeypatch.setattr(commands, "cmd_kernels", broken)
-    fails(capsys, ["kernels"], "some/file", "Permission denied")
+    fails(capsys, ["kernels"], "some/file", "Permission denied", code=FAILURE)
 
     def malformed(args):
         raise sqlite3.DatabaseError("database disk image is malformed")
 
     monkeypatch.setattr(commands, "cmd_kernels", malformed)
-    fails(capsys, ["kernels"], "malformed", "evo store repair")
+    fails(capsys, ["kernels"], "malformed", "evo store repair", code=FAILURE)

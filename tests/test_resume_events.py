@@ -1,10 +1,11 @@
 """A run interrupted in the middle of a generation (SIGINT, SIGTERM, SIGKILL), then resumed,
 leaves the events.jsonl an uninterrupted run writes: the same lines in the same order.
 
-One field may differ: an eval row's ``cached``. The resumed run repeats the interrupted
-generation, and the store (shared, like runs/store.sqlite) already holds what that
-generation measured before the kill, so those rows say ``cached: true`` where the
-uninterrupted run's say false. Nothing else in a row depends on when it was written.
+Two fields may differ: every row's ``time`` (when it was written), and an eval row's
+``cached``. The resumed run repeats the interrupted generation, and the store (shared,
+like runs/store.sqlite) already holds what that generation measured before the kill, so
+those rows say ``cached: true`` where the uninterrupted run's say false. Nothing else in a
+row depends on when it was written.
 (Here every interrupted run starts from a copy of the uninterrupted run's store: the same
 rows, measured in a fraction of the time.)
 
@@ -46,9 +47,11 @@ sys.exit(cli.main(sys.argv[4:]))
 
 
 def run_args(out, store):
+    # --priors none: a prior's event names the store it read (each run here has its own),
+    # and which rows events.jsonl holds is what is compared (priors' resume: test_learn_cli)
     return ["run", "--kernel", KERNEL, "--backend", "static", "--generations",
             str(GENERATIONS), "--pop", "4", "--seed", "7", "--store", str(store),
-            "--out", str(out), "-q"]
+            "--priors", "none", "--out", str(out), "-q"]
 
 
 def lines(run_dir) -> list[str]:
@@ -57,6 +60,7 @@ def lines(run_dir) -> list[str]:
 
 def comparable(line: str) -> dict:
     row = json.loads(line)
+    assert row.pop("time")  # every row is stamped; when differs (see the module docstring)
     if row["type"] == "eval":
         row.pop("cached")  # see the module docstring
     return row

@@ -71,6 +71,7 @@ def test_the_request_carries_the_variant_and_its_clock_twin():
 
 def test_cli_without_a_gpu_is_one_line(capsys):
     from evo.cli import main
+    from evo.exit_codes import FAILURE
 
     try:
         import cupy  # noqa: F401
@@ -78,7 +79,8 @@ def test_cli_without_a_gpu_is_one_line(capsys):
         pass
     else:
         pytest.skip("CuPy is installed: this checks the path without one")
-    assert main(["stability", "gemm_tile_2x2x2", "--workers", "1", "--repeats", "1"]) == 2
+    # no GPU is a runtime failure, not a usage error
+    assert main(["stability", "gemm_tile_2x2x2", "--workers", "1", "--repeats", "1"]) == FAILURE
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "could not start" in err[0]
 
