@@ -53,9 +53,9 @@ class RunConfig:
     caches: str = _opt("spec", choices=("spec", "warm", "cold"),
                        doc="the L2 when timing: each spec's own choice, or warm (launches "
                            "reuse their data) or cold (every launch reads from DRAM) for all")
-    priors: str = _opt("none", doc="what other kernels' results say (evo.learn): none, auto "
-                                   "(the shipped priors and this store), or a priors file or "
-                                   "store path")
+    priors: str = _opt("auto", doc="what other kernels' results say (evo.learn): auto (the "
+                                   "priors shipped with evo and this store), none (a cold "
+                                   "start), or a priors file or store path")
 
 
 @dataclass(frozen=True)
@@ -99,20 +99,83 @@ class TimingConfig:
 
 @dataclass(frozen=True)
 class LlmConfig:
+    """``[llm]``: the endpoint, what each request carries, and the LLM's budget.
+
+    Each request sends ``model`` and the messages, and, unless switched off:
+    ``temperature`` (a negative value sends none: the endpoint's default, all that OpenAI's
+    reasoning models accept), ``max_tokens`` under the field name ``max_tokens_field``
+    (``max_tokens`` for vLLM, llama.cpp and OpenAI chat models; ``max_completion_tokens``
+    for OpenAI's reasoning models; ``max_tokens = 0`` sends none), and every field of the
+    ``extra`` table as it is, e.g. ``extra = {reasoning_effort = "low"}`` or a
+    ``[llm.extra]`` table. An endpoint that rejects one of these fields (HTTP 400 naming
+    it) stops the run with one line saying which and what to set instead.
+    """
+
     rate: float = _opt(0.0, lo=0.0, hi=1.0,
                        doc="probability that a child is mutated by the LLM (0 = never)")
     base_url: str = _opt("", doc="OpenAI-compatible endpoint ('' = the openai default)")
     model: str = _opt("gpt-4o-mini")
     api_key_env: str = _opt("OPENAI_API_KEY", doc="environment variable holding the key")
-    temperature: float = _opt(0.7, lo=0.0, hi=2.0)
-    max_tokens: int = _opt(4096, lo=16)
+    temperature: float = _opt(0.7, lo=-1.0, hi=2.0,
+                              doc="sampling temperature; negative (-1) = not sent, the "
+                                  "endpoint's default (reasoning models accept no other)")
+    max_tokens: int = _opt(4096, lo=0, doc="cap on each answer's tokens (0 = not sent)")
+    max_tokens_field: str = _opt("max_tokens", choices=("max_tokens", "max_completion_tokens"),
+                                 doc="the request field that carries max_tokens: max_tokens "
+                                     "(vLLM, llama.cpp, OpenAI chat models) or "
+                                     "max_completion_tokens (OpenAI reasoning models)")
+    extra: dict = field(default_factory=dict, metadata={
+        "doc": "more request fields, sent as they are (e.g. {reasoning_effort = \"low\"})"})
     timeout: float = _opt(120.0, lo=0.1, doc="seconds per request")
     retries: int = _opt(3, lo=0, hi=20, doc="retries on 429, 5xx and timeouts")
     max_calls: int = _opt(200, lo=0, doc="LLM calls per run at most")
     price_in: float = _opt(0.0, lo=0.0, doc="cost per 1M prompt tokens (0 = not tracked)")
     price_out: float = _opt(0.0, lo=0.0, doc="cost per 1M completion tokens")
     prompt_dir: str = _opt("", doc="folder with your own prompt templates ('' = built-in)")
-    cache: bool = _opt(True, doc="answer identical prompts from the run's own cache")
+    cache: bool = _opt(True, doc="keep every answer, per prompt and draw, so that a resumed "
+                                 "run replays its answers instead of asking again")
+    history_chars: int = _opt(3000, lo=0, hi=100000,
+                              doc="characters of the mutate prompt that quote the kernel's "
+                                  "earlier LLM patches and their outcomes (0 = none)")
+
+    #: ``extra`` keys that other settings own, and what to set instead.
+    RESERVED = {"model": "[llm] model", "messages": "the prompt templates",
+                "temperature": "[llm] temperature", "max_tokens": "[llm] max_tokens",
+                "max_completion_tokens": "[llm] max_tokens and max_tokens_field",
+                "stream": "nothing (answers are read whole)"}
+
+    class Table(dict):
+        """``extra`` as a dict whose ``repr`` is a TOML inline table, so that
+        ``evo.config.dumps`` writes it into a run's config.toml and reads it back."""
+
+        def __repr__(self) -> str:
+            bare = lambda k: k and all(c.isascii() and (c.isalnum() or c in "-_") for c in k)
+            return "{" + ", ".join(f"{k if bare(k) else _toml(k)} = {_toml(v)}"
+                                   for k, v in self.items()) + "}"
+
+    def __post_init__(self):
+        if 0 < self.max_tokens < 16:
+            raise ConfigError(f"[llm] max_tokens must be 0 (not sent) or >= 16, "
+                              f"got {self.max_tokens!r}")
+        for key in self.extra:
+            if key in self.RESERVED:
+                raise ConfigError(f"[llm] extra: {key!r} is not allowed there; "
+                                  f"set {self.RESERVED[key]} instead")
+        object.__setattr__(self, "extra", self._plain(self.extra, "[llm] extra"))
+
+    @classmethod
+    def _plain(cls, value: Any, where: str) -> Any:
+        """``value`` checked to be what a JSON request body can carry (strings, numbers,
+        booleans, arrays, tables), tables as sorted ``Table``s (a stable config hash)."""
+        if isinstance(value, dict):
+            return cls.Table((str(k), cls._plain(value[k], f"{where}.{k}"))
+                             for k in sorted(value, key=str))
+        if isinstance(value, list):
+            return [cls._plain(x, f"{where}[{i}]") for i, x in enumerate(value)]
+        if isinstance(value, (str, int, float, bool)):
+            return value
+        raise ConfigError(f"{where} must hold strings, numbers, booleans, arrays or tables, "
+                          f"got {value!r}")
 
 
 @dataclass(frozen=True)

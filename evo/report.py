@@ -121,9 +121,13 @@ def llm_lines(stats: dict | None) -> list[str]:
     if not stats:
         return []
     cost = f", cost {stats['cost']:.4f}" if stats.get("cost") else ""
-    return [f"LLM: {stats['calls']} calls ({stats['cached']} from cache, {stats['failures']} "
-            f"failed), {stats['prompt_tokens']} prompt + {stats['completion_tokens']} "
-            f"completion tokens{cost}",
+    answers = stats["calls"] - stats["failures"] + stats["cached"]
+    # "distinct": different answer texts; "replayed": answers a resumed run took from the
+    # cache (checkpoints older than the draw-aware cache have no "unique": not shown).
+    unique = f"{stats['unique']} distinct, " if "unique" in stats else ""
+    return [f"LLM: {stats['calls']} calls ({stats['failures']} failed), {answers} answers "
+            f"({unique}{stats['cached']} replayed from the cache), {stats['prompt_tokens']} "
+            f"prompt + {stats['completion_tokens']} completion tokens{cost}",
             f"patches: {stats['proposed']} proposed, {stats['applied']} applied, "
             f"{stats['assembled']} assembled, {stats['correct']} correct, "
             f"{stats['faster']} faster ({stats['repairs']} repair prompts)"]

@@ -103,7 +103,8 @@ class KernelSearch:
         for k, m in fresh.items():
             if k in self.pending_patches:
                 patch, parent_fitness = self.pending_patches.pop(k)
-                self.llm.record(self.kernel, patch, m, parent_fitness)
+                self.llm.record(self.kernel, patch, m, parent_fitness,
+                                genome=Genome.from_json(json.loads(k)))
             self.known[k] = _summary(m)
             events.append({"type": "eval", "kernel": self.kernel, "generation": generation,
                            "genome": json.loads(k), **self.known[k]})
@@ -117,7 +118,7 @@ class KernelSearch:
 
         view = SearchView(baseline=self._known_measurement(Genome()),
                           current=self._known_measurement(genome),
-                          recent_failures=[f"{json.loads(k)}: {s['reason']}"
+                          recent_failures=[f"{Genome.from_json(json.loads(k))}: {s['reason']}"
                                            for k, s in self.known.items() if not s["valid"]][-8:])
         valid = [(s["cycles"], k) for k, s in self.known.items() if s["valid"] and s["cycles"]]
         if valid:

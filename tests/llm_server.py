@@ -12,6 +12,10 @@ exercised over actual HTTP rather than through mocks. The server answers
 and with ``default`` (a ``text`` answer) once the script runs out. Every request is
 recorded (parsed JSON body and headers) in ``server.requests``.
 
+``server.reject`` (field name -> message) makes it behave like a reasoning-model
+endpoint: a request whose body carries one of those fields gets HTTP 400 with an
+OpenAI-style error naming it (``param``), before and without using the script.
+
 Use the ``llm_server`` fixture (``from llm_server import llm_server``) or ``LlmServer``
 as a context manager. Handler threads are daemons, and a hang ends early at shutdown, so
 a test never waits on the server.
@@ -76,6 +80,7 @@ class LlmServer:
 
     def __init__(self, default: Response | None = None):
         self.default = default or text("default answer")
+        self.reject: dict[str, str] = {}  # field -> error message: answered with HTTP 400
         self.requests: list[Request] = []
         self._script: list[Response] = []
         self._lock = threading.Lock()
@@ -96,6 +101,11 @@ class LlmServer:
     def _next(self, request: Request) -> Response:
         with self._lock:
             self.requests.append(request)
+            for name, message in self.reject.items():
+                if name in (request.body or {}):
+                    return status(400, {"error": {
+                        "message": message, "type": "invalid_request_error", "param": name,
+                        "code": "unsupported_parameter"}})
             return self._script.pop(0) if self._script else self.default
 
     def start(self) -> Self:

@@ -51,3 +51,45 @@ def test_bad_toml_and_missing_file(tmp_path):
         cfg.load(bad)
     with pytest.raises(ConfigError, match="not found"):
         cfg.load(tmp_path / "none.toml")
+
+
+def test_llm_request_fields_and_extra_table_round_trip():
+    data = tomllib.loads("""
+[llm]
+temperature = -1
+max_tokens = 0
+max_tokens_field = "max_completion_tokens"
+history_chars = 500
+
+[llm.extra]
+reasoning_effort = "low"
+"odd key" = [1, 2.5, true, {nested = "a\\"b"}]
+""")
+    c = cfg.from_dict(data, "evo.toml")
+    assert c.llm.temperature == -1.0 and c.llm.max_tokens == 0
+    assert c.llm.extra == {"reasoning_effort": "low", "odd key": [1, 2.5, True, {"nested": 'a"b'}]}
+    again = cfg.from_dict(tomllib.loads(cfg.dumps(c)))  # as a run's config.toml, on resume
+    assert again == c and again.llm.extra == c.llm.extra
+    inline = cfg.from_dict({"llm": {"extra": {"reasoning_effort": "low"}}})
+    assert 'extra = {reasoning_effort = "low"}' in cfg.dumps(inline)
+    assert "extra = {}" in cfg.dumps(cfg.Config())
+    # The order keys were written in does not change the config (nor the run's hash).
+    swapped = cfg.from_dict({"llm": {"extra": {"b": 1, "a": 2}}})
+    assert repr(swapped.llm.extra) == "{a = 2, b = 1}"
+
+
+@pytest.mark.parametrize("table,needle", [
+    ({"extra": {"temperature": 1}}, "'temperature' is not allowed there; set [llm] temperature"),
+    ({"extra": {"max_tokens": 9}}, "set [llm] max_tokens"),
+    ({"extra": {"stream": True}}, "'stream' is not allowed"),
+    ({"extra": "reasoning_effort=low"}, "[llm] extra must be dict"),
+    ({"extra": {"when": __import__("datetime").date(2024, 1, 1)}}, "[llm] extra.when must hold"),
+    ({"max_tokens": 8}, "max_tokens must be 0 (not sent) or >= 16"),
+    ({"temperature": 2.5}, "[llm] temperature must be in -1.0..2.0"),
+    ({"max_tokens_field": "max_output_tokens"}, "must be one of max_tokens, max_completion_tokens"),
+    ({"extras": {}}, "unknown key 'extras' in [llm] (did you mean 'extra'?)"),
+])
+def test_bad_llm_request_fields_name_the_key(table, needle):
+    with pytest.raises(ConfigError) as err:
+        cfg.from_dict({"llm": table}, "evo.toml")
+    assert needle in str(err.value)

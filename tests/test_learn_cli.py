@@ -72,12 +72,13 @@ def test_run_with_priors_seeds_generation_one_and_records_them(source, tmp_path)
 
 
 @needs_ptxas
-def test_priors_none_is_the_default_cold_start(source, tmp_path):
+def test_priors_auto_is_the_default_and_none_a_cold_start(source, tmp_path):
     evo(*run_args(tmp_path / "a", tmp_path / "a.sqlite", 2), cwd=tmp_path)
     evo(*run_args(tmp_path / "b", tmp_path / "b.sqlite", 2, "none"), cwd=tmp_path)
     a, b = (json.loads((tmp_path / n / "checkpoint.json").read_text()) for n in "ab")
-    assert "priors" not in a and a["kernels"] == b["kernels"]
-    assert 'priors = "none"' in (tmp_path / "a" / "config.toml").read_text()
+    assert 'priors = "auto"' in (tmp_path / "a" / "config.toml").read_text()
+    assert a["priors"][TARGET]["setting"] == "auto"
+    assert "priors" not in b and 'priors = "none"' in (tmp_path / "b" / "config.toml").read_text()
 
 
 @needs_ptxas

@@ -14,7 +14,8 @@ import pytest
 from llm_server import hang, malformed, status, text
 
 from evo.config import LlmConfig
-from evo.llm.client import BACKOFF_CAP, LlmClient, LlmError, backoff
+from evo.llm.client import (BACKOFF_CAP, LlmClient, LlmError, backoff, cache_key,
+                            request_digest)
 
 KEY = "sk-test-9f8e7d6c5b4a-never-write-me"
 ENV = {"EVO_TEST_KEY": KEY}
@@ -52,7 +53,11 @@ def test_good_answer_counts_tokens_and_logs(llm_server, tmp_path):
     assert body["temperature"] == 0.7 and body["max_tokens"] == 4096
     stats = client.stats()
     assert stats == {"calls": 1, "cached": 0, "failures": 0, "prompt_tokens": 120,
-                     "completion_tokens": 30, "cost": round((120 * 2 + 30 * 8) / 1e6, 6)}
+                     "completion_tokens": 30, "cost": round((120 * 2 + 30 * 8) / 1e6, 6),
+                     "unique": 1, "state": {
+                         "draws": {request_digest(client.config, MESSAGES): 1},
+                         "answer_digests": stats["state"]["answer_digests"]}}
+    assert len(stats["state"]["answer_digests"]) == 1
     json.dumps(stats)
     (record,) = logs(tmp_path)
     assert record["seq"] == 1 and record["outcome"] == "ok" and record["purpose"] == "mutate"
@@ -117,22 +122,104 @@ def test_hang_past_timeout_is_retried_then_an_error(llm_server, tmp_path):
     assert 0.9 < reply.seconds < 2.5
 
 
-def test_identical_prompt_is_answered_from_the_cache(llm_server, tmp_path):
-    llm_server.script([text("first"), text("second")])
-    client, _ = make(llm_server, tmp_path, max_calls=1)
-    assert client.complete(MESSAGES, "mutate").text == "first"
-    hit = client.complete(MESSAGES, "mutate")
-    assert hit.cached and hit.text == "first" and hit.attempts == 0
-    assert len(llm_server.requests) == 1
-    assert client.stats()["calls"] == 1 and client.stats()["cached"] == 1
-    # A resumed run (new client, no key in the environment) reproduces the answer.
-    resumed, _ = make(llm_server, tmp_path, env={})
-    assert resumed.complete(MESSAGES, "mutate").text == "first"
-    assert len(llm_server.requests) == 1
-    assert [r["seq"] for r in logs(tmp_path)] == [1, 2, 3]
-    # Another temperature is another prompt.
-    warmer, _ = make(llm_server, tmp_path, temperature=1.0)
-    assert warmer.complete(MESSAGES, "mutate").text == "second"
+def test_each_draw_of_one_prompt_reaches_the_endpoint(llm_server, tmp_path):
+    llm_server.script([text("first"), text("second"), text("first")])
+    client, _ = make(llm_server, tmp_path)
+    replies = [client.complete(MESSAGES, "mutate") for _ in range(3)]
+    assert [r.text for r in replies] == ["first", "second", "first"]
+    assert [r.draw for r in replies] == [0, 1, 2] and not any(r.cached for r in replies)
+    assert len(llm_server.requests) == 3
+    assert len(list((tmp_path / "llm" / "cache").glob("*.json"))) == 3  # one per draw
+    stats = client.stats()
+    assert (stats["calls"], stats["cached"], stats["unique"]) == (3, 0, 2)
+    assert stats["state"]["draws"] == {request_digest(client.config, MESSAGES): 3}
+    assert [r["draw"] for r in logs(tmp_path)] == [0, 1, 2]
+
+
+def test_resume_replays_the_interrupted_draws(llm_server, tmp_path):
+    """Checkpoint after one draw, draw more, 'crash', resume from the checkpoint: the
+    resumed run draws the same indices and gets the same answers, from the cache."""
+    other = [{"role": "user", "content": "Another prompt."}]
+    llm_server.script([text("a1"), text("a2"), text("b1"), text("a3")])
+    client, _ = make(llm_server, tmp_path)
+    assert client.complete(MESSAGES, "mutate").text == "a1"
+    checkpoint = json.loads(json.dumps(client.stats()))  # what the checkpoint keeps
+    lost = [client.complete(m, "mutate").text for m in (MESSAGES, other)]  # then a kill
+    assert lost == ["a2", "b1"] and len(llm_server.requests) == 3
+
+    resumed, _ = make(llm_server, tmp_path, env={})  # replaying needs no key
+    resumed.restore_stats(checkpoint)
+    again = [resumed.complete(m, "mutate") for m in (MESSAGES, other)]
+    assert [r.text for r in again] == lost and all(r.cached for r in again)
+    assert len(llm_server.requests) == 3
+    same = ("state", "unique")  # calls and tokens: only those paid for
+    assert {k: resumed.stats()[k] for k in same} == {k: client.stats()[k] for k in same}
+    assert (resumed.stats()["calls"], resumed.stats()["cached"]) == (1, 2)
+    # The next draw is a new one: it goes to the endpoint (and so needs the key).
+    with pytest.raises(LlmError, match="EVO_TEST_KEY"):
+        resumed.complete(MESSAGES, "mutate")
+    fresh, _ = make(llm_server, tmp_path)
+    fresh.restore_stats(resumed.stats())
+    assert fresh.complete(MESSAGES, "mutate").text == "a3"
+
+
+def test_request_fields_reach_the_server(llm_server, tmp_path):
+    client, _ = make(llm_server, tmp_path, max_tokens_field="max_completion_tokens",
+                     max_tokens=2048, temperature=-1.0,
+                     extra={"reasoning_effort": "low", "metadata": {"run": "t"}})
+    assert client.complete(MESSAGES, "mutate").ok
+    body = llm_server.requests[0].body
+    assert body["max_completion_tokens"] == 2048 and "max_tokens" not in body
+    assert "temperature" not in body
+    assert body["reasoning_effort"] == "low" and body["metadata"] == {"run": "t"}
+    assert logs(tmp_path)[0]["fields"] == {"max_completion_tokens": 2048,
+                                           "reasoning_effort": "low", "metadata": {"run": "t"}}
+    # max_tokens = 0 sends no limit under either name; a temperature of 0 is sent.
+    bare, _ = make(llm_server, tmp_path, max_tokens=0, temperature=0.0)
+    assert bare.complete(MESSAGES, "mutate").ok
+    body = llm_server.requests[1].body
+    assert body["temperature"] == 0.0
+    assert "max_tokens" not in body and "max_completion_tokens" not in body
+    # Other request fields are another request: not answered from the first one's cache.
+    assert cache_key(client.config, MESSAGES) != cache_key(bare.config, MESSAGES)
+
+
+@pytest.mark.parametrize("field,over,hint", [
+    ("max_tokens", {}, 'max_tokens_field = "max_completion_tokens"'),
+    ("temperature", {}, "temperature = -1"),
+    ("reasoning_effort", {"extra": {"reasoning_effort": "low"}},
+     "remove 'reasoning_effort' from [llm] extra"),
+])
+def test_400_rejecting_a_field_is_one_line_naming_it(llm_server, tmp_path, field, over, hint):
+    llm_server.reject = {field: f"Unsupported parameter: '{field}' is not supported with "
+                                f"this model."}
+    client, sleeps = make(llm_server, tmp_path, **over)
+    with pytest.raises(LlmError) as err:
+        client.complete(MESSAGES, "mutate")
+    line = str(err.value)
+    assert "\n" not in line and f"rejected the request field '{field}'" in line
+    assert "HTTP 400: Unsupported parameter" in line and hint in line
+    assert len(llm_server.requests) == 1 and sleeps == []  # no retry
+    assert logs(tmp_path)[0]["outcome"] == "error"
+    assert client.stats()["failures"] == 1
+
+
+def test_400_without_param_names_the_field_from_its_message(llm_server, tmp_path):
+    # vLLM-style: no "param", the field only in the text.
+    llm_server.script([status(400, {"object": "error", "type": "BadRequestError",
+                                    "message": "temperature must be 1 for this model"})])
+    client, _ = make(llm_server, tmp_path)
+    with pytest.raises(LlmError, match="request field 'temperature'"):
+        client.complete(MESSAGES, "mutate")
+
+
+def test_400_about_the_prompt_is_an_error_reply_not_fatal(llm_server, tmp_path):
+    llm_server.script([status(400, {"error": {"message": "maximum context length exceeded",
+                                              "param": "messages"}}), text("ok")])
+    client, _ = make(llm_server, tmp_path)
+    reply = client.complete(MESSAGES, "mutate")
+    assert reply.error == "HTTP 400: maximum context length exceeded"
+    assert client.complete(MESSAGES, "mutate").ok
 
 
 def test_cache_off_asks_every_time(llm_server, tmp_path):
@@ -173,7 +260,7 @@ def test_key_is_sent_only_in_the_authorization_header(llm_server, tmp_path):
                        status(500, KEY)])
     client, _ = make(llm_server, tmp_path, retries=2, price_in=1.0)
     replies = [client.complete([{"role": "user", "content": f"q{i}"}], "m") for i in range(3)]
-    client.complete([{"role": "user", "content": "q1"}], "m")  # a cache hit
+    client.complete([{"role": "user", "content": "q1"}], "m")  # a second draw
     assert all(r.error is None or KEY not in r.error for r in replies)
     assert {r.headers.get("authorization") for r in llm_server.requests} == {f"Bearer {KEY}"}
     assert KEY not in repr(client) and "EVO_TEST_KEY" in repr(client)

@@ -68,8 +68,9 @@ METHOD: broken
 
 def mutator(server, tmp_path, monkeypatch, **overrides) -> LlmMutator:
     monkeypatch.setenv("EVO_TEST_KEY", KEY)
-    cfg = LlmConfig(rate=0.5, base_url=server.base_url, api_key_env="EVO_TEST_KEY",
-                    timeout=0.5, retries=1, cache=False, **overrides)
+    values = dict(rate=0.5, base_url=server.base_url, api_key_env="EVO_TEST_KEY",
+                  timeout=0.5, retries=1, cache=False)
+    cfg = LlmConfig(**{**values, **overrides})
     m = LlmMutator(cfg, tmp_path / "llm")
     m.client._sleep = lambda s: None  # backoff waits are not what these tests measure
     return m

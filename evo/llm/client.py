@@ -1,16 +1,23 @@
 """The chat-completions client: retries, a per-run call budget, a cache and a log.
 
-``LlmClient.complete`` never raises for anything the endpoint does: rate limits, server
-errors, timeouts, dropped connections and malformed answers end, after the configured
-retries, in an ``LlmReply`` whose ``error`` says what happened, so the evolution run goes
-on without that child. Only bad *setup* is an ``LlmError`` (missing key, no ``openai``).
+``LlmClient.complete`` never raises for anything the endpoint does to one request: rate
+limits, server errors, timeouts, dropped connections and malformed answers end, after the
+configured retries, in an ``LlmReply`` whose ``error`` says what happened, so the evolution
+run goes on without that child. Only bad *setup* is an ``LlmError``: a missing key, no
+``openai``, or an HTTP 400 that names a request field we sent (``temperature``,
+``max_tokens``, an ``[llm] extra`` key...), which every later request would repeat: one
+line naming the field and the setting to change.
 
-The run folder keeps what makes an LLM run reproducible and auditable:
+Each request is one *draw*: asking the same prompt again is a new, independent sample
+(the temperature is not wasted). The run folder keeps what makes an LLM run reproducible
+and auditable:
 
-* ``<log_dir>/cache/<sha256>.json``: the answer to each (model, temperature, messages);
-  a resumed or repeated run gets the same answer without a request (and without a key);
-* ``<log_dir>/NNNNN-<purpose>.json``: every exchange, with prompt, answer, usage,
-  attempts and outcome.
+* ``<log_dir>/cache/<sha256>.json``: the answer to each (model, request fields, messages,
+  draw index), the draw index counting earlier draws of that same request in the run.
+  The counts are part of ``stats()`` (the checkpoint), so a resumed run draws the same
+  indices again and replays the answers of the interrupted run, without a request;
+* ``<log_dir>/NNNNN-<purpose>.json``: every exchange, with prompt, request fields,
+  answer, usage, attempts and outcome.
 
 The API key is read from the environment variable named by ``[llm] api_key_env`` and is
 held only by the ``openai`` client object: it is never written to a log, the cache, an
@@ -31,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evo.config import LlmConfig
+from evo.llm.request import (DIGEST_CHARS, cache_key, error_message, rejected_field,
+                             rejection, request_digest, request_fields)
 from evo.rundir import write_atomic
 from genomes.errors import EvoError
 
@@ -50,7 +59,8 @@ class LlmReply:
     """One answer. ``error`` is set (and ``text`` empty) when no usable answer came.
 
     ``attempts`` counts requests sent (0 for a cache hit or a refused call); the token
-    counts of a cached reply are those of the exchange that filled the cache.
+    counts of a cached reply are those of the exchange that filled the cache. ``draw``
+    is how many times the same request was drawn before in this run.
     """
 
     text: str
@@ -60,6 +70,7 @@ class LlmReply:
     seconds: float = 0.0
     attempts: int = 0
     error: str | None = None
+    draw: int = 0
 
     @property
     def ok(self) -> bool:
@@ -69,10 +80,12 @@ class LlmReply:
 class _Failed(Exception):
     """One attempt that produced no answer; ``retry`` says whether another may help."""
 
-    def __init__(self, message: str, retry: bool, wait: float | None = None):
+    def __init__(self, message: str, retry: bool, wait: float | None = None,
+                 rejected: str | None = None):
         super().__init__(message)
         self.retry = retry
         self.wait = wait  # the server's Retry-After, if it sent one
+        self.rejected = rejected  # the request field an HTTP 400 named, if one we sent
 
 
 class LlmClient:
@@ -89,6 +102,8 @@ class LlmClient:
         self._clock = clock
         self._openai = None  # built on the first request that needs the network
         self._counts = dict.fromkeys(COUNTERS, 0)
+        self._draws: dict[str, int] = {}  # request digest -> draws so far (see cache_key)
+        self._answers: set[str] = set()  # digests of the answer texts received
         self._seq: int | None = None
 
     def __repr__(self) -> str:
@@ -98,31 +113,41 @@ class LlmClient:
     # -- the one public call -------------------------------------------------------------
 
     def complete(self, messages: list[dict], purpose: str) -> LlmReply:
-        """Answer ``messages`` from the cache or the endpoint; see the module docstring."""
+        """Draw an answer to ``messages``: from the cache where a resumed run drew it
+        already, else from the endpoint; see the module docstring."""
         start = self._clock()
-        key = cache_key(self.config, messages)
+        request = request_digest(self.config, messages)
+        draw = self._draws.get(request, 0)
+        key = cache_key(self.config, messages, draw)
         hit = self._cache_get(key) if self.config.cache else None
         if hit is not None:
+            self._draws[request] = draw + 1
             self._counts["cached"] += 1
+            self._answers.add(_digest(hit["text"]))
             reply = LlmReply(hit["text"], hit.get("prompt_tokens", 0),
                              hit.get("completion_tokens", 0), cached=True,
-                             seconds=self._clock() - start)
+                             seconds=self._clock() - start, draw=draw)
             self._log(purpose, messages, reply, key)
             return reply
         if self._counts["calls"] >= self.config.max_calls:
             # Not logged: nothing was exchanged, and a loop hitting the cap would flood it.
-            return LlmReply("", seconds=self._clock() - start, error="LLM call budget spent")
+            return LlmReply("", seconds=self._clock() - start, error="LLM call budget spent",
+                            draw=draw)
         client = self.check()
+        self._draws[request] = draw + 1
         self._counts["calls"] += 1
-        reply = self._request(client, messages, key, start)
+        reply, rejected = self._request(client, messages, key, start, draw)
         if reply.ok:
             self._counts["prompt_tokens"] += reply.prompt_tokens
             self._counts["completion_tokens"] += reply.completion_tokens
+            self._answers.add(_digest(reply.text))
             if self.config.cache:
                 self._cache_put(key, messages, reply)
         else:
             self._counts["failures"] += 1
         self._log(purpose, messages, reply, key)
+        if rejected is not None:
+            raise LlmError(rejection(rejected, reply.error))
         return reply
 
     def check(self):
@@ -147,54 +172,75 @@ class LlmClient:
     # -- counters ------------------------------------------------------------------------
 
     def stats(self) -> dict:
-        """Counters for the run (plain JSON); ``cost`` is None unless a price is set."""
+        """Counters for the run (plain JSON); ``cost`` is None unless a price is set.
+
+        ``unique`` counts distinct answer texts (fresh or replayed). ``state`` is what a
+        resumed run needs, not a figure to show: ``draws`` (request digest -> draws so
+        far), to draw the same indices again, and ``answer_digests``.
+        """
         out = dict(self._counts)
         c = self.config
         out["cost"] = (round((out["prompt_tokens"] * c.price_in
                               + out["completion_tokens"] * c.price_out) / 1e6, 6)
                        if c.price_in > 0 or c.price_out > 0 else None)
+        out["unique"] = len(self._answers)
+        out["state"] = {"draws": dict(sorted(self._draws.items())),
+                        "answer_digests": sorted(self._answers)}
         return out
 
     def restore_stats(self, data: Mapping) -> None:
-        """Continue the counters of a resumed run (so ``max_calls`` stays per run)."""
+        """Continue the counters of a resumed run (so ``max_calls`` stays per run) and its
+        draw counts (so the resumed run replays the interrupted one's answers)."""
         for name in COUNTERS:
             value = data.get(name, 0)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            if _count(value):
                 self._counts[name] = value
+        state = data.get("state")
+        state = state if isinstance(state, Mapping) else {}
+        draws = state.get("draws")
+        if isinstance(draws, Mapping):
+            self._draws = {k: v for k, v in draws.items() if isinstance(k, str) and _count(v)}
+        digests = state.get("answer_digests")
+        if isinstance(digests, list):
+            self._answers = {d for d in digests if isinstance(d, str)}
 
     # -- requests ------------------------------------------------------------------------
 
-    def _request(self, client, messages: list[dict], key: str, start: float) -> LlmReply:
-        """Up to ``retries + 1`` attempts with jittered exponential backoff between them."""
+    def _request(self, client, messages: list[dict], key: str, start: float,
+                 draw: int) -> tuple[LlmReply, str | None]:
+        """Up to ``retries + 1`` attempts with jittered exponential backoff between them;
+        the reply, and the request field that an HTTP 400 rejected (or None)."""
         # Seeded from the prompt so a rerun waits the same, whatever else happened.
         rng = random.Random(int(key[:16], 16))
-        attempts, error = 0, ""
+        attempts, error, rejected = 0, "", None
         for attempt in range(self.config.retries + 1):
             attempts += 1
             try:
                 text, prompt_tokens, completion_tokens = self._attempt(client, messages)
             except _Failed as failed:
-                error = str(failed)
+                error, rejected = str(failed), failed.rejected
                 if not failed.retry or attempt == self.config.retries:
                     break
                 self._sleep(backoff(attempt, rng, failed.wait))
                 continue
             return LlmReply(text, prompt_tokens, completion_tokens, seconds=self._clock() - start,
-                            attempts=attempts)
+                            attempts=attempts, draw=draw), None
         if attempts > 1:
             error = f"{error} (after {attempts} attempts)"
         return LlmReply("", seconds=self._clock() - start, attempts=attempts,
-                        error=self._mask(error))
+                        error=self._mask(error), draw=draw), rejected
 
     def _attempt(self, client, messages: list[dict]) -> tuple[str, int, int]:
         """One request: (text, prompt tokens, completion tokens), or ``_Failed``."""
         import openai
 
         c = self.config
+        fields = request_fields(c)
         try:
-            response = client.chat.completions.create(
-                model=c.model, messages=messages, temperature=c.temperature,
-                max_tokens=c.max_tokens)
+            # Every optional field goes in the body as it is (extra_body), so that
+            # fields this openai version does not know reach the endpoint too.
+            response = client.chat.completions.create(model=c.model, messages=messages,
+                                                      extra_body=fields or None)
         except openai.APITimeoutError:  # before APIConnectionError: it is a subclass
             raise _Failed(f"timed out after {c.timeout:g} s", retry=True) from None
         except openai.APIConnectionError as err:
@@ -203,8 +249,11 @@ class LlmClient:
             code = err.status_code
             # 408 is the server's own timeout: as transient as ours.
             retry = code in (408, 429) or code >= 500
-            raise _Failed(f"HTTP {code}: {_short(err.message)}", retry=retry,
-                          wait=_retry_after(err.response)) from None
+            message = error_message(err)
+            raise _Failed(f"HTTP {code}: {_short(message)}", retry=retry,
+                          wait=_retry_after(err.response),
+                          rejected=rejected_field(err, message, fields) if code == 400
+                          else None) from None
         except (ValueError, openai.APIResponseValidationError) as err:
             raise _Failed(f"malformed response: {_short(str(err))}", retry=False) from None
         except openai.OpenAIError as err:
@@ -225,8 +274,8 @@ class LlmClient:
     def _cache_put(self, key: str, messages: list[dict], reply: LlmReply) -> None:
         if self.log_dir is None:
             return
-        entry = {"model": self.config.model, "temperature": self.config.temperature,
-                 "messages": messages, "text": reply.text,
+        entry = {"model": self.config.model, "fields": request_fields(self.config),
+                 "draw": reply.draw, "messages": messages, "text": reply.text,
                  "prompt_tokens": reply.prompt_tokens,
                  "completion_tokens": reply.completion_tokens}
         write_atomic(self.log_dir / "cache" / f"{key}.json", self._dumps(entry))
@@ -240,7 +289,7 @@ class LlmClient:
         outcome = "cached" if reply.cached else "ok" if reply.ok else "error"
         record = {"seq": self._seq, "purpose": purpose, "outcome": outcome,
                   "error": reply.error, "model": self.config.model,
-                  "temperature": self.config.temperature, "max_tokens": self.config.max_tokens,
+                  "fields": request_fields(self.config), "draw": reply.draw,
                   "cache_key": key, "attempts": reply.attempts,
                   "seconds": round(reply.seconds, 4), "prompt_tokens": reply.prompt_tokens,
                   "completion_tokens": reply.completion_tokens, "messages": messages,
@@ -257,13 +306,6 @@ class LlmClient:
         if len(secret) >= MIN_SECRET_LEN and secret in text:
             return text.replace(secret, "***")
         return text
-
-
-def cache_key(config: LlmConfig, messages: list[dict]) -> str:
-    """sha256 of what determines an answer: model, temperature and the messages."""
-    blob = json.dumps({"model": config.model, "temperature": config.temperature,
-                       "messages": messages}, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def backoff(attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
@@ -293,6 +335,14 @@ def _extract(response) -> tuple[str, int, int]:
     if not isinstance(text, str):
         raise _Failed("malformed response: the answer has no text content", retry=False)
     return text, prompt_tokens, completion_tokens
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _retry_after(response) -> float | None:

@@ -4,7 +4,8 @@
 role and launch shape, the current PTX with line numbers (cut to its hottest region when
 long, see ``ptx_view``), what ptxas and the SASS say about it, the cycles measured so far
 (labelled static estimates where no GPU measured them), the genes already applied and
-what each did, the best genome, recent failures and the methods that have paid off.
+what each did, the best genome, recent failures, what became of the LLM's earlier patches
+to this kernel (``evo.llm.history``) and the methods that have paid off.
 ``build_repair_context`` gives a patch that failed to apply or to assemble, the error,
 and the PTX lines the patch aimed at. Both return plain dicts (JSON-safe), so that the
 templates and the prompt cache see the same data.
@@ -47,6 +48,8 @@ class MutateContext:
     current: dict
     best: dict | None  # genome, cycles
     recent_failures: list
+    history: list  # lines: the kernel's earlier LLM patches and their outcomes
+    history_left_out: int  # older history entries that did not fit the budget
     methods: list  # [{label, attempts, successes, mean_gain, gain_text}]
     static: bool  # True when any cycle figure is a static estimate
 
@@ -55,13 +58,15 @@ def build_mutate_context(spec: KernelSpec, genome: Genome, baseline: Measurement
                          current: Measurement | None, best_genome: Genome | None,
                          outcomes: Sequence[GeneOutcome] | None, recent_failures: list[str],
                          methods: list[dict], max_ptx_lines: int = 400, *,
-                         best: Measurement | None = None, arch: str = "sm_90") -> dict:
+                         best: Measurement | None = None, arch: str = "sm_90",
+                         history: Sequence[str] = (), history_left_out: int = 0) -> dict:
     """The mutate prompt's context for ``genome`` applied to ``spec``'s baseline PTX.
 
     ``outcomes`` are those of ``apply_genome`` if the caller has them (None: recomputed);
-    ``best`` is the best genome's measurement. The current PTX is compiled here (ptxas,
-    then cuobjdump for the opcode histogram) because the prompt must describe exactly
-    the code it shows.
+    ``best`` is the best genome's measurement; ``history`` the lines of
+    ``PatchHistory.lines`` (and how many entries they left out). The current PTX is
+    compiled here (ptxas, then cuobjdump for the opcode histogram) because the prompt
+    must describe exactly the code it shows.
     """
     applied = apply_genome(spec.ptx_text(), genome)
     outcomes = list(applied.outcomes if outcomes is None else outcomes)
@@ -82,6 +87,7 @@ def build_mutate_context(spec: KernelSpec, genome: Genome, baseline: Measurement
         ptx=ptx_view(applied.ptx, spec.entry, max_ptx_lines),
         resources=resources, sass=sass, baseline=base_cycles, current=cur_cycles,
         best=best_info, recent_failures=[_clip(f, 400) for f in recent_failures[-MAX_FAILURES:]],
+        history=list(history), history_left_out=history_left_out,
         methods=_top_methods(methods),
         static=any(m is not None and m.is_static for m in (baseline, current, best)),
     )

@@ -10,10 +10,14 @@ caller falls back to an ordinary mutation), and every outcome is counted:
     calls / tokens (the client) -> proposed -> applied -> assembled -> correct -> faster
 
 ``record(...)`` is told how each measured patch did and feeds the method catalogue.
+Every outcome (no edit in the answer, no match, ptxas error, gate rejection, slower,
+faster) also goes into the kernel's ``PatchHistory``, which the next mutate prompts quote
+(``evo.llm.history``); it is part of ``stats()``, so the checkpoint keeps it.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,9 +32,11 @@ from harness.spec import KernelSpec
 from evo.config import LlmConfig
 from evo.llm.client import LlmClient
 from evo.llm.feedback import build_mutate_context, build_repair_context
+from evo.llm.history import PatchHistory
 from evo.llm.prompts import PromptSet
 
 STAGES = ("proposed", "applied", "assembled", "correct", "faster")
+METHODS_SNAPSHOT = 32  # catalogue rows kept from the store when the run starts
 _METHOD_RE = re.compile(r"^\W*METHOD\W*:\s*(.+)$", re.I | re.M)
 _RATIONALE_RE = re.compile(r"^\W*RATIONALE\W*:\s*(.+)$", re.I | re.M)
 
@@ -58,7 +64,15 @@ class LlmMutator:
         self.prompts = PromptSet(config.prompt_dir or None)
         self.store = store
         self.arch = arch
+        self.history_chars = config.history_chars
         self.counts: Counter = Counter()
+        self.history = PatchHistory()
+        # The catalogue the prompts show: the store's as the run found it, plus this run's
+        # own tallies (label -> [attempts, successes, gain sum]). Both are checkpointed, so a
+        # resumed run shows what the interrupted one showed, whatever it wrote to the store
+        # after its last checkpoint.
+        self.methods_base = store.top_methods(METHODS_SNAPSHOT) if store is not None else []
+        self.own_methods: dict[str, list] = {}
 
     def check(self) -> None:
         """Fail early (one clear line) when the LLM cannot be used: no key, no openai."""
@@ -66,14 +80,21 @@ class LlmMutator:
 
     def propose(self, spec: KernelSpec, genome: Genome, view: SearchView) -> Genome | None:
         """The genome with one LLM-written patch gene appended, or None."""
-        methods = self.store.top_methods() if self.store is not None else []
+        methods = self._methods()
+        history, left_out = self.history.lines(spec.name, self.history_chars)
+        quoted = self.history.genomes(spec.name)  # failures the history tells already
+        failures = [f for f in view.recent_failures
+                    if not any(f.startswith(f"{g}: ") for g in quoted)]
         context = build_mutate_context(spec, genome, view.baseline, view.current,
-                                       view.best_genome, None, view.recent_failures, methods,
-                                       best=view.best, arch=self.arch)
+                                       view.best_genome, None, failures, methods,
+                                       best=view.best, arch=self.arch, history=history,
+                                       history_left_out=left_out)
         reply = self.client.complete(self.prompts.messages("mutate", context), "mutate")
         gene = _patch_gene(reply.text) if reply.ok else None
         if gene is None:
             self.counts["no_patch" if reply.ok else "call_failed"] += 1
+            if reply.ok:
+                self.history.add(spec.name, str(genome), "no_edit")
             return None
         self.counts["proposed"] += 1
         child, problem, stage, patched = self._check(spec, genome, gene)
@@ -85,6 +106,8 @@ class LlmMutator:
             gene = _patch_gene(reply.text) if reply.ok else None
             self.counts["repairs"] += 1
             if gene is None:
+                if reply.ok:
+                    self.history.add(spec.name, str(genome), "no_edit")
                 return None
             child, problem, stage, patched = self._check(spec, genome, gene)
             if problem:
@@ -97,35 +120,86 @@ class LlmMutator:
         applied = apply_genome(spec.ptx_text(), child)
         last = applied.outcomes[-1]
         if last.status != "applied":
-            return child, last.detail or last.status, "apply", None
+            problem = last.detail or last.status
+            self.history.add(spec.name, str(child), "no_match", problem)
+            return child, problem, "apply", None
         self.counts["applied"] += 1
         result = compile_ptx(applied.ptx, self.arch)
         if not result.ok:
-            return child, result.error or "ptxas failed", "assemble", applied.ptx
+            problem = result.error or "ptxas failed"
+            self.history.add(spec.name, str(child), "ptxas", problem)
+            return child, problem, "assemble", applied.ptx
         self.counts["assembled"] += 1
         return child, None, "", applied.ptx
 
     def record(self, kernel: str, patch: PatchGene, result: Measurement,
-               parent_fitness: float) -> None:
-        """Count a measured patch and add it to the method catalogue."""
+               parent_fitness: float, genome: Genome | None = None) -> None:
+        """Count a measured patch (``genome``: the child it ends), add it to the method
+        catalogue and to the kernel's history: gate rejection, slower or faster."""
         faster = result.valid and result.fitness < parent_fitness
         if result.valid:
             self.counts["correct"] += 1
         if faster:
             self.counts["faster"] += 1
         gain = 1 - result.fitness / parent_fitness if faster else 0.0
+        label = normalize_method(patch.method)
         if self.store is not None:
-            self.store.record_method(normalize_method(patch.method), kernel, faster, gain)
+            self.store.record_method(label, kernel, faster, gain)
+        tally = self.own_methods.setdefault(label, [0, 0, 0.0])
+        tally[0] += 1
+        tally[1] += int(faster)
+        tally[2] += gain
+        name = str(genome if genome is not None else Genome((patch,)))
+        if not result.valid:
+            self.history.add(kernel, name, "gate", result.reason or "invalid")
+        else:
+            self.history.add(kernel, name, "faster" if faster else "slower",
+                             _versus(result, parent_fitness))
 
     def stats(self) -> dict:
-        return {**self.client.stats(), **{k: self.counts[k] for k in
-                                          (*STAGES, "repairs", "no_patch", "call_failed")}}
+        """The checkpoint's ``llm``: counters and patch stages, and in ``state`` what a
+        resumed run needs (draw counts, the patch history, the method catalogue)."""
+        out = {**self.client.stats(), **{k: self.counts[k] for k in
+                                         (*STAGES, "repairs", "no_patch", "call_failed")}}
+        out["state"] = {**out["state"], "history": self.history.to_json(),
+                        "methods": {"base": self.methods_base,
+                                    "own": {k: list(v) for k, v in
+                                            sorted(self.own_methods.items())}}}
+        return out
 
     def restore(self, data: dict) -> None:
-        """Continue counting from a checkpoint (client counters and patch stages)."""
+        """Continue from a checkpoint (client counters and draws, stages, history)."""
         self.client.restore_stats(data)
         for k in (*STAGES, "repairs", "no_patch", "call_failed"):
             self.counts[k] = data.get(k, 0)
+        state = data.get("state") if isinstance(data.get("state"), dict) else {}
+        self.history.restore(state.get("history"))
+        methods = state.get("methods")
+        if isinstance(methods, dict):  # older checkpoints have none: keep the fresh snapshot
+            self.methods_base = [dict(m) for m in methods.get("base", []) if isinstance(m, dict)]
+            self.own_methods = {k: [int(v[0]), int(v[1]), float(v[2])]
+                                for k, v in methods.get("own", {}).items()
+                                if isinstance(v, list) and len(v) == 3}
+
+    def _methods(self) -> list[dict]:
+        """``Store.top_methods`` rows: the run's snapshot merged with its own tallies."""
+        rows = {m["label"]: [m.get("attempts", 0), m.get("successes", 0),
+                             m.get("mean_gain", 0.0) * m.get("successes", 0)]
+                for m in self.methods_base if isinstance(m.get("label"), str)}
+        for label, (attempts, successes, gain_sum) in self.own_methods.items():
+            row = rows.setdefault(label, [0, 0, 0.0])
+            row[0], row[1], row[2] = row[0] + attempts, row[1] + successes, row[2] + gain_sum
+        return [{"label": k, "attempts": a, "successes": n, "mean_gain": g / n if n else 0.0}
+                for k, (a, n, g) in sorted(rows.items())]
+
+
+def _versus(result: Measurement, parent_fitness: float) -> str:
+    """``result``'s cycles against its parent's, e.g. "2700 vs 2600 cycles (+3.8%)"."""
+    static = ", static estimates" if result.is_static else ""
+    if result.cycles is None or not math.isfinite(parent_fitness) or parent_fitness <= 0:
+        return f"{result.cycles or 0:.0f} cycles{static}; its parent was not measured"
+    change = result.cycles / parent_fitness - 1
+    return f"{result.cycles:.0f} vs {parent_fitness:.0f} cycles ({change:+.1%}{static})"
 
 
 def _patch_gene(text: str) -> PatchGene | None:
