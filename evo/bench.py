@@ -133,6 +133,7 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
     specs = {k: with_caches(find_kernel(k), base.run.caches) for k in kernels}
     owned = backend is None
     backend = backend or make_backend(backend_kind, seed=base.run.seed,
+                                      cluster=base.cluster.address,
                                       timing=base.to_dict()["timing"])
     lock, stop = threading.Lock(), threading.Event()
     wall_before, started = results.get("wall_seconds", 0.0), time.perf_counter()

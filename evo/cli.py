@@ -225,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the L2 when timing: spec (each spec's own `caches`, default), warm (launches "
                         "reuse their data, which stays in the L2 when it fits) or cold (every "
                         "launch reads its inputs from DRAM)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="measure on a Dask cluster: local or local:N (N worker processes here; "
+                        "local alone: one per GPU), or a scheduler's tcp://HOST:PORT (README: "
+                        "one worker per GPU); needs pip install 'evo-ptx[cluster]' (default: [cluster] address of the config, else this machine's GPUs; may change on --resume)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
     p.add_argument("--resume", type=Path, metavar="RUN",
                    help="continue RUN from its last checkpoint (a larger --generations extends it)")
@@ -261,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the L2 when timing: spec (each spec's own `caches`, default), warm (launches "
                         "reuse their data, which stays in the L2 when it fits) or cold (every "
                         "launch reads its inputs from DRAM)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="measure on a Dask cluster: local or local:N (N worker processes here; "
+                        "local alone: one per GPU), or a scheduler's tcp://HOST:PORT (README: "
+                        "one worker per GPU); needs pip install 'evo-ptx[cluster]'")
     p.add_argument("--keep-stores", action="store_true",
                    help="keep every strategy's measurement store in OUT/stores/ (for replay)")
     p.add_argument("--limit", type=int, default=0,

@@ -208,9 +208,13 @@ def cmd_run(args) -> int:
             raise EvoError(f"--resume keeps the run's config; only --generations and "
                            f"--max-evals may be given (got --{changed[0].replace('_', '-')})")
         rundir, config, checkpoint = run.resume_run(args.resume, budget, args.from_previous)
+        if args.cluster is not None:  # where to measure may change, what is measured not
+            config = config.override("cluster", address=args.cluster)
     else:
         path = args.config or (Path("evo.toml") if Path("evo.toml").is_file() else None)
         config = config_mod.load(path).override("run", **flags)
+        if args.cluster is not None:
+            config = config.override("cluster", address=args.cluster)
         if args.llm_rate is not None:
             config = config.override("llm", rate=args.llm_rate)
         rundir, checkpoint = run.start_run(config, args.out), None
@@ -259,6 +263,8 @@ def cmd_bench(args) -> int:
     if args.limit:
         todo = todo[:args.limit]
     base = config_mod.Config().override("run", seed=args.seed, caches=args.caches)
+    if args.cluster:
+        base = base.override("cluster", address=args.cluster)
     oracle = {k.strip() for k in args.oracle_kernels.split(",") if k.strip()}
     priors = None
     if any(s in bench.WITH_PRIORS for s in strategies):

@@ -98,6 +98,13 @@ class TimingConfig:
 
 
 @dataclass(frozen=True)
+class ClusterConfig:
+    address: str = _opt("", doc="measure on a Dask cluster: local or local:N (worker processes "
+                                "here, one per GPU by default), or a scheduler's tcp://HOST:PORT; "
+                                "'' = this machine's GPUs ([run] gpus)")
+
+
+@dataclass(frozen=True)
 class LlmConfig:
     """``[llm]``: the endpoint, what each request carries, and the LLM's budget.
 
@@ -185,6 +192,7 @@ class Config:
     greedy: GreedyConfig = field(default_factory=GreedyConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def override(self, section: str, **values: Any) -> Config:
         """A copy with some keys of one section replaced (CLI flags); values are checked."""

@@ -112,6 +112,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     priors = (learn_source.open_source(config.run.priors, store, config.run.store)
               if config.run.strategy == "evolve" else None)  # only evolve uses priors
     backend = make_backend(config.run.backend, store=store, gpus=config.run.gpus,
+                           cluster=config.cluster.address,
                            device=config.run.device or None, seed=config.run.seed,
                            timing=config.to_dict()["timing"])
     checkpoint.setdefault("backend", backend.describe())

@@ -262,6 +262,7 @@ def _config_hash(config: Config) -> str:
     for key in ("generations", "max_evals", "store", "gpus"):
         d["run"].pop(key, None)
     d["greedy"].pop("max_steps", None)
+    d.pop("cluster", None)  # where candidates are measured, like the GPU ids
     return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
 
 

@@ -70,3 +70,26 @@ def test_a_bad_cluster_address_is_one_clear_error():
         make_backend("static", cluster="local:two")
     with pytest.raises(EvoError, match="measures with the gpu or static backend"):
         make_backend("replay", cluster="local:1")
+
+
+@needs_ptxas
+def test_evo_run_on_a_local_cluster_reports_what_it_reports_without(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    def run(name, *extra):
+        subprocess.run([sys.executable, "-m", "evo.cli", "run", "--kernel", "gemm_tile_2x2x4",
+                        "--backend", "static", "--generations", "2", "--pop", "4", "--seed",
+                        "5", "--priors", "none", "--store", str(tmp_path / f"{name}.sqlite"),
+                        "--out", str(tmp_path / name), "-q", *extra],
+                       check=True, capture_output=True, text=True, timeout=600)
+        checkpoint = json.loads((tmp_path / name / "checkpoint.json").read_text())
+        table = [ln for ln in (tmp_path / name / "report.md").read_text().splitlines()
+                 if ln.startswith("| ")]
+        return checkpoint["kernels"], table, (tmp_path / name / "report.md").read_text()
+
+    alone, alone_table, _ = run("alone")
+    clustered, table, report = run("cluster", "--cluster", "local:2")
+    assert clustered == alone and table == alone_table
+    assert "2 Dask workers at local:2" in report
