@@ -109,6 +109,9 @@ def show_doc(rundir, strategy: str, results, llm: dict | None) -> dict:
             "timer": "static" if report.is_static(r) else (r.best or {}).get("timer", ""),
             **static_fields(report.is_static(r))})
     static = any(report.is_static(r) for r in results)
+    # The LLM's counters; its "state" (draw counts, answer digests, history) is what a
+    # resume needs, not what a reader wants.
+    llm = {k: v for k, v in llm.items() if k != "state"} if llm else llm
     return {"run": str(rundir.path), "strategy": strategy, "kernels": kernels, "llm": llm,
             **static_fields(static)}
 
