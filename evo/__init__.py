@@ -1,4 +1,8 @@
-"""evo package. ``evo.__version__``: the installed evo-ptx's version, else pyproject.toml's."""
+"""evo package. ``evo.__version__``: the installed evo-ptx's version, else pyproject.toml's.
+
+The Python API (``evo.api``) is exported here, loaded on first use: ``evo.kernel``,
+``evo.buffer``, ``evo.scalar``, ``evo.from_triton``, ``evo.measure``, ``evo.RunResult`` and
+``evo.evolve`` (``evo.api.run``: the name ``evo.run`` is the module behind ``evo run``)."""
 
 from __future__ import annotations
 
@@ -6,6 +10,9 @@ import functools
 from pathlib import Path
 
 DIST = "evo-ptx"
+# name here -> name in evo.api; not imported with the package, so that `import evo` stays cheap
+_API = {"kernel": "kernel", "buffer": "buffer", "scalar": "scalar", "from_triton": "from_triton",
+        "measure": "measure", "evolve": "run", "RunResult": "RunResult"}
 
 
 @functools.cache
@@ -32,4 +39,8 @@ def __getattr__(name: str):
     # --version and a run's meta.json needs.
     if name == "__version__":
         return version()
+    if name in _API:
+        from evo import api
+
+        return getattr(api, _API[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

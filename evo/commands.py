@@ -217,19 +217,15 @@ def cmd_run(args) -> int:
             config = config.override("cluster", address=args.cluster)
         if args.llm_rate is not None:
             config = config.override("llm", rate=args.llm_rate)
-        rundir, checkpoint = run.start_run(config, args.out), None
-        from evo.search import new_checkpoint
-
-        checkpoint = new_checkpoint(config)
     try:
-        with runmeta.recorded(rundir, getattr(args, "argv", None), bool(args.resume)):
-            results = run.execute(rundir, config, checkpoint, verbosity)
+        if args.resume:
+            with runmeta.recorded(rundir, getattr(args, "argv", None), True):
+                results = run.execute(rundir, config, checkpoint, verbosity)
+        else:
+            rundir, results = run.start_and_execute(config, args.out, verbosity,
+                                                    getattr(args, "argv", None))
     except KeyboardInterrupt:
         return exit_codes.INTERRUPTED
-    except BaseException:
-        if not args.resume:
-            rundir.discard()  # failed before its first evaluation: no folder of config.toml alone
-        raise
     from evo.report import render_table
 
     print(render_table(results))  # -q silences progress, never the answer

@@ -101,6 +101,24 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def start_and_execute(config: Config, out: Path | None, verbosity: int, argv: list[str] | None
+                      ) -> tuple[RunDir, list]:
+    """A new run of ``config`` from start to end (``evo run`` and ``evo.api.run``): its
+    folder, meta.json around the work, and the folder removed again when the run fails
+    before its first evaluation (a Ctrl-C keeps it: ``--resume`` continues)."""
+    from evo import runmeta
+
+    run = start_run(config, out)
+    try:
+        with runmeta.recorded(run, argv, False):
+            return run, execute(run, config, new_checkpoint(config), verbosity)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        run.discard()  # failed before its first evaluation: no folder of config.toml alone
+        raise
+
+
 def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -> list:
     """Search every kernel; write best kernels, report; return the per-kernel results."""
     from harness.backends import make_backend

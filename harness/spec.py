@@ -280,11 +280,14 @@ def _dtype_range(dtype: str) -> tuple[int, int]:
     return (0, 2**bits - 1) if dtype[0] == "u" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
 
 
-def _read_param(path: Path, index: int, table) -> Param:
+def read_param(table, where: str | Path, index: int = 0) -> Param:
+    """One ``[[params]]`` table (as TOML reads it) validated into a BufferParam or
+    ScalarParam: load_spec's rules, and evo.api's for params built in code; every error
+    is one SpecError starting with ``where`` (the spec file, say) and naming the param."""
     if not isinstance(table, dict):
-        raise SpecError(f"{path}: params #{index + 1} must be a table ([[params]])")
+        raise SpecError(f"{where}: params #{index + 1} must be a table ([[params]])")
     name = table.get("name", f"#{index + 1}")
-    r = _Reader(path, table, f"param {name!r}: ")
+    r = _Reader(where, table, f"param {name!r}: ")
     r.check_keys(_BUFFER_KEYS)  # the superset first, so that a misspelt "kind" is named as such
     kind = r.choice("kind", ("buffer", "scalar"))
     if kind == "scalar":
@@ -349,7 +352,15 @@ def load_spec(path: str | Path) -> KernelSpec:
         raise SpecError(f"{path}: cannot read: {err.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise SpecError(f"{path}: not valid TOML: {err}") from None
-    r = _Reader(path, data)
+    return spec_from_table(data, path)
+
+
+def spec_from_table(data: dict, path: Path, where: str | Path | None = None) -> KernelSpec:
+    """A spec from its table (as tomllib reads a spec file), validated as load_spec does.
+    ``path``: where the spec file is or will be (name and ptx default to its stem, a relative
+    ptx is beside it); errors start with ``where`` (default: the path). evo.api uses it."""
+    where = path if where is None else where
+    r = _Reader(where, data)
     r.check_keys(_TOP_KEYS)
     name = r.get("name", str, path.stem, check=bool, what="a non-empty string")
     entry = r.get("entry", str, name, check=_PTX_IDENT.fullmatch, what="a PTX identifier")
@@ -374,7 +385,7 @@ def load_spec(path: str | Path) -> KernelSpec:
     _check_reference(r, reference)
     description = r.get("description", str, "")
     tol_table = r.get("tolerance", dict, {})
-    t = _Reader(path, tol_table, "[tolerance] ")
+    t = _Reader(where, tol_table, "[tolerance] ")
     t.check_keys(("rtol", "atol"))
     nonneg = dict(check=lambda v: v >= 0 and math.isfinite(v), what="a finite number >= 0")
     tolerance = Tolerance(t.get("rtol", _NUM, 1e-5, **nonneg), t.get("atol", _NUM, 1e-5, **nonneg))
@@ -383,7 +394,7 @@ def load_spec(path: str | Path) -> KernelSpec:
         if not isinstance(value, (int, float, str)):
             r.fail(f"[meta] {key!r} must be an int, float, string or bool, got {value!r}")
     raw_params = r.get("params", list, what="an array of tables ([[params]])")
-    params = tuple(_read_param(path, i, p) for i, p in enumerate(raw_params))
+    params = tuple(read_param(p, where, i) for i, p in enumerate(raw_params))
     seen: set[str] = set()
     for p in params:
         if p.name in seen:
@@ -393,5 +404,4 @@ def load_spec(path: str | Path) -> KernelSpec:
         r.fail("no output buffer: at least one buffer param needs role 'out' or 'inout'")
     return KernelSpec(name=name, entry=entry, ptx_path=ptx_path, grid=grid, block=block, params=params,
                       shared_mem=shared_mem, timing=timing, caches=caches, tolerance=tolerance, reference=reference,
-                      peer=peer,
-                      description=description, meta=MappingProxyType(dict(meta)), spec_path=path)
+                      peer=peer, description=description, meta=MappingProxyType(dict(meta)), spec_path=path)
