@@ -115,6 +115,19 @@ def _json_flag(p: argparse.ArgumentParser, only: str = "") -> None:
                    help=f"{only}print one JSON document (the same facts as the text) instead")
 
 
+
+def _add_where_to_measure(p, cluster_default: str, caches_default=None) -> None:
+    """--caches and --cluster, shared by run and bench."""
+    p.add_argument("--caches", choices=("spec", "warm", "cold"), default=caches_default,
+                   help="the L2 when timing: spec (each spec's own `caches`, default), warm "
+                        "(launches reuse their data, which stays in the L2 when it fits) or "
+                        "cold (every launch reads its inputs from DRAM)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="measure on a Dask cluster: local or local:N (N worker processes here; "
+                        "local alone: one per GPU), or a scheduler's tcp://HOST:PORT (README: "
+                        "one worker per GPU); needs pip install 'evo-ptx[cluster]' "
+                        + cluster_default)
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="evo", description=DESCRIPTION, epilog=exit_codes.epilog(),
                      formatter_class=_Formatter)
@@ -221,14 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="learn from other kernels' results (evolve): auto (default: the "
                         "priors shipped with evo plus this store), none (a cold start), or a "
                         "priors file (evo priors build) or store")
-    p.add_argument("--caches", choices=("spec", "warm", "cold"),
-                   help="the L2 when timing: spec (each spec's own `caches`, default), warm (launches "
-                        "reuse their data, which stays in the L2 when it fits) or cold (every "
-                        "launch reads its inputs from DRAM)")
-    p.add_argument("--cluster", metavar="ADDRESS",
-                   help="measure on a Dask cluster: local or local:N (N worker processes here; "
-                        "local alone: one per GPU), or a scheduler's tcp://HOST:PORT (README: "
-                        "one worker per GPU); needs pip install 'evo-ptx[cluster]' (default: [cluster] address of the config, else this machine's GPUs; may change on --resume)")
+    _add_where_to_measure(p, "(default: [cluster] address of the config, else this machine's "
+                             "GPUs; may change on --resume)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
     p.add_argument("--resume", type=Path, metavar="RUN",
                    help="continue RUN from its last checkpoint (a larger --generations extends it)")
@@ -261,14 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", metavar="NAME",
                    help="replay: the device whose measurements to use (default: the only one)")
     p.add_argument("--seed", type=int, default=1, help="every random choice flows from this seed")
-    p.add_argument("--caches", choices=("spec", "warm", "cold"), default="spec",
-                   help="the L2 when timing: spec (each spec's own `caches`, default), warm (launches "
-                        "reuse their data, which stays in the L2 when it fits) or cold (every "
-                        "launch reads its inputs from DRAM)")
-    p.add_argument("--cluster", metavar="ADDRESS",
-                   help="measure on a Dask cluster: local or local:N (N worker processes here; "
-                        "local alone: one per GPU), or a scheduler's tcp://HOST:PORT (README: "
-                        "one worker per GPU); needs pip install 'evo-ptx[cluster]'")
+    _add_where_to_measure(p, "", caches_default="spec")
     p.add_argument("--keep-stores", action="store_true",
                    help="keep every strategy's measurement store in OUT/stores/ (for replay)")
     p.add_argument("--limit", type=int, default=0,
