@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import tomllib
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +26,7 @@ from harness.suite import find_kernel, list_kernels
 from evo import config as config_mod
 from evo import report, runmeta
 from evo.config import Config
+from evo.driver import KernelLedger, Stopped, each_kernel
 from evo.learn import source as learn_source
 from evo.learn.observe import link_results
 from evo.progress import Progress
@@ -141,41 +143,55 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     runmeta.record_backend(run, backend)
     if run.fresh:  # set up without error: the run has started, and is the newest
         run.link_latest()
-    results = []
+    lock, stop = threading.Lock(), threading.Event()
+    if config.run.jobs > 1 and llm is not None:
+        raise EvoError("[run] jobs > 1 searches kernels at once, and the LLM operator works on "
+                       "one kernel at a time: set jobs = 1 or [llm] rate = 0")
 
-    def save() -> None:
+    def write(events: list[dict]) -> None:  # under the lock (KernelLedger.save)
+        run.append_events(events)  # before the checkpoint, so it covers them (events_bytes)
         if llm is not None:
             checkpoint["llm"] = llm.stats()
         run.write_checkpoint(checkpoint)
 
+    # Every kernel's prior from the store as it stands before this run's searches, saved at
+    # once: what a kernel finds then depends neither on which kernels ran before or beside
+    # it nor, after a resume, on what the store learned in the meantime.
+    ledgers = {spec.name: KernelLedger(spec.name, checkpoint, write, lock) for spec in kernels}
+    for spec in kernels:
+        ledger = ledgers[spec.name]
+        if learn_source.run_prior(priors, ledger.checkpoint, spec, backend.device,
+                                  ledger.events) is not None:
+            ledger.save()
+
+    def one_kernel(spec: KernelSpec, slot: int):
+        ledger = ledgers[spec.name]
+        bar = progress.start_kernel(spec.name, _total_generations(config), slot)
+        prior = ledger.checkpoint["priors"].get(spec.name)
+        result = search_kernel(spec.name, config, _measurer(evaluator, spec, bar, stop),
+                               ledger.events, ledger.checkpoint, ledger.save,
+                               on_generation=bar.generation, spec=spec, llm=llm, prior=prior)
+        saved = ledger.checkpoint["kernels"][spec.name]
+        if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
+            _check_finalist(spec, result, saved, ledger.events)
+            ledger.save()
+        _write_best(run, spec, result)
+        if config.run.confirm and backend.remeasures:
+            before = saved.get("confirmed")
+            result.confirmed = confirm(backend, spec, result, saved)
+            if result.confirmed is not before:  # not the checkpoint's (resumed) one
+                ledger.events([{"type": "confirm", "kernel": spec.name, **result.confirmed}])
+            ledger.save()
+        if backend.remeasures and spec.peer and "peer" not in saved:
+            progress.note(f"{spec.name}: timing its peer {spec.peer}")
+            saved["peer"] = peer_or_reason(spec, config.run.gpus[0])
+            ledger.save()
+        bar.end(result)
+        return result
+
     try:
         with _sigterm_as_interrupt(), backend:
-            for spec in kernels:
-                progress.start_kernel(spec.name, _total_generations(config))
-                measure = _measurer(evaluator, spec, progress)
-                prior = learn_source.run_prior(priors, checkpoint, spec, backend.device,
-                                               run.append_events)
-                result = search_kernel(spec.name, config, measure, run.append_events,
-                                       checkpoint, save, on_generation=progress.generation,
-                                       spec=spec, llm=llm, prior=prior)
-                saved = checkpoint["kernels"][spec.name]
-                if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
-                    _check_finalist(spec, result, saved, run.append_events)
-                    save()
-                _write_best(run, spec, result)
-                if config.run.confirm and backend.remeasures:
-                    before = saved.get("confirmed")
-                    result.confirmed = confirm(backend, spec, result, saved)
-                    if result.confirmed is not before:  # not the checkpoint's (resumed) one
-                        run.append_events([{"type": "confirm", "kernel": spec.name,
-                                            **result.confirmed}])
-                    save()  # after the event, so the checkpoint covers it (events_bytes)
-                if backend.remeasures and spec.peer and "peer" not in saved:
-                    progress.note(f"{spec.name}: timing its peer {spec.peer}")
-                    saved["peer"] = peer_or_reason(spec, config.run.gpus[0])
-                    save()
-                results.append(result)
-                progress.end_kernel(result)
+            results = each_kernel(kernels, one_kernel, config.run.jobs, stop)
     except KeyboardInterrupt:
         progress.close()
         print(f"evo: interrupted; the last finished generation is saved. Continue with:\n"
@@ -243,12 +259,14 @@ def _total_generations(config: Config) -> int:
             "greedy": config.greedy.max_steps}.get(config.run.strategy, 1)
 
 
-def _measurer(evaluator, spec: KernelSpec, progress: Progress):
+def _measurer(evaluator, spec: KernelSpec, bar, stop: threading.Event):
     def measure(genomes: list[Genome]):
+        if stop.is_set():  # another kernel's search failed, or the run was interrupted
+            raise Stopped(spec.name)
         results = evaluator.evaluate(spec, genomes)
         link_results(evaluator, spec.name, genomes, results)  # what each gene did: evo.learn
         base = evaluator.baseline(spec)
-        progress.evaluated(results, base.cycles if base.valid else None)
+        bar.evaluated(results, base.cycles if base.valid else None)
         return results
     return measure
 

@@ -77,8 +77,9 @@ def test_sigkill_in_generation_three_then_resume(straight, tmp_path):
         while time.time() < deadline:  # kill once generation 2 is checkpointed
             # (the checkpoint itself: a generation's event now comes just before it)
             ckpt = run_dir / "checkpoint.json"
-            if ckpt.exists() and json.loads(ckpt.read_text())["kernels"][KERNEL]["state"][
-                    "generation"] >= 2:
+            # (the priors are saved before any generation: no kernel entry yet then)
+            entry = json.loads(ckpt.read_text())["kernels"].get(KERNEL) if ckpt.exists() else None
+            if entry and entry["state"]["generation"] >= 2:
                 break
             assert proc.poll() is None, "the run ended before it could be killed"
             time.sleep(0.02)

@@ -1,0 +1,82 @@
+"""Searching several kernels at once (``[run] jobs``, ``evo run --jobs``).
+
+Each kernel's search runs in its own thread with its own seeded RNG, so what it finds does
+not depend on which kernels run beside it; at most ``jobs`` run at a time. The backend
+measures one candidate per GPU (or cluster worker) at a time whoever asks, so searches
+running together keep every measuring slot busy while others apply genes and run ptxas.
+
+The run's checkpoint and events.jsonl stay exact (a resumed run holds exactly an
+uninterrupted run's rows): each kernel works on its own share of the checkpoint
+(``KernelLedger``) and holds its events until its next save, which appends them and writes
+the whole checkpoint under one lock, so the file never holds an event whose state the
+checkpoint lacks (``events_bytes``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import queue
+import threading
+
+SECTIONS = ("kernels", "priors")  # the per-kernel entries of a checkpoint
+
+
+class Stopped(Exception):
+    """Raised inside a search when another kernel's failed or the run was interrupted."""
+
+
+class KernelLedger:
+    """One kernel's share of the run's checkpoint and its events held until it saves."""
+
+    def __init__(self, name: str, checkpoint: dict, write, lock: threading.Lock):
+        self.name, self._checkpoint, self._write, self._lock = name, checkpoint, write, lock
+        with lock:  # a copy: no other thread ever changes what this kernel's search reads
+            self.checkpoint = {s: ({name: copy.deepcopy(checkpoint[s][name])}
+                                   if name in checkpoint.get(s, {}) else {}) for s in SECTIONS}
+        self._pending: list[dict] = []
+
+    def events(self, events: list[dict]) -> None:
+        self._pending.extend(events)
+
+    def save(self) -> None:
+        """This kernel's entries into the run's checkpoint, then its events appended and
+        the checkpoint written (``write(events)``), all under the run's lock."""
+        with self._lock:
+            for section in SECTIONS:
+                if self.name in self.checkpoint[section]:
+                    self._checkpoint.setdefault(section, {})[self.name] = copy.deepcopy(
+                        self.checkpoint[section][self.name])
+            pending, self._pending = self._pending, []
+            self._write(pending)
+
+
+def each_kernel(items: list, work, jobs: int, stop: threading.Event) -> list:
+    """``work(item, slot)`` for every item, ``jobs`` at a time (``slot`` in 0..jobs-1 says
+    which of the running ones it is: a progress bar's line); results in item order. The
+    first failure, or Ctrl-C, sets ``stop`` (running searches raise ``Stopped`` at their
+    next batch) and is raised once every thread has ended."""
+    if jobs <= 1:
+        return [work(item, 0) for item in items]
+    slots: queue.Queue = queue.Queue()
+    for slot in range(jobs):
+        slots.put(slot)
+
+    def run(item):
+        slot = slots.get()
+        try:
+            return work(item, slot)
+        finally:
+            slots.put(slot)
+
+    pool = concurrent.futures.ThreadPoolExecutor(jobs, thread_name_prefix="kernel")
+    futures = [pool.submit(run, item) for item in items]
+    try:
+        for future in concurrent.futures.as_completed(futures):
+            future.result()  # the first failure (or Ctrl-C, here) stops the others
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return [f.result() for f in futures]

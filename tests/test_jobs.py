@@ -1,0 +1,91 @@
+"""evo run --jobs: kernels searched at once find what they find one at a time (same
+checkpoint, report and event rows), and a run killed with several kernels under way
+resumes to exactly those rows (each kernel's events reach events.jsonl with its save)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import needs_ptxas
+
+KERNELS = ["gemm_tile_2x2x2", "gemm_tile_2x2x4", "gemm_tile_2x4x2"]
+
+# evo.cli with RunDir.append_events wrapped: the process kills itself (SIGKILL) right after
+# appending the rows of the first generation-2 event, whichever kernel's it is.
+KILLER = """
+import os, signal, sys
+from evo import cli, rundir
+append = rundir.RunDir.append_events
+def append_then_kill(self, events):
+    append(self, events)
+    if any(e["type"] == "generation" and e["generation"] == 2 for e in events):
+        os.kill(os.getpid(), signal.SIGKILL)
+rundir.RunDir.append_events = append_then_kill
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def run_args(out, store, jobs):
+    args = ["run", "--backend", "static", "--generations", "3", "--pop", "4", "--seed", "3",
+            "--store", str(store), "--out", str(out), "--jobs", str(jobs), "-q"]
+    for k in KERNELS:
+        args += ["--kernel", k]
+    return args
+
+
+def rows(run_dir) -> list[str]:
+    out = []
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        row.pop("time")
+        row.pop("cached", None)  # a resumed generation finds the store holding its rows
+        row.pop("sources", None)  # a priors event names its store: each run has its own
+        out.append(json.dumps(row, sort_keys=True))
+    return sorted(out)  # kernels under way at once interleave their rows
+
+
+def final(run_dir) -> tuple:
+    checkpoint = json.loads((run_dir / "checkpoint.json").read_text())
+    table = [ln for ln in (run_dir / "report.md").read_text().splitlines() if ln.startswith("| ")]
+    priors = {k: {**p, "sources": None} for k, p in checkpoint.get("priors", {}).items()}
+    for entry in checkpoint["kernels"].values():  # "cached": the store copy held them all
+        for summary in entry["known"].values():
+            summary.pop("cached")
+    return checkpoint["kernels"], priors, table
+
+
+def evo(tmp, *args, runner=("-m", "evo.cli"), check=True):
+    return subprocess.run([sys.executable, *runner, *args], cwd=tmp, check=check,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("jobs1")
+    evo(tmp, *run_args(tmp / "run", tmp / "s.sqlite", 1))
+    return tmp / "run"
+
+
+@needs_ptxas
+def test_kernels_searched_at_once_find_what_they_find_one_at_a_time(one_at_a_time, tmp_path):
+    evo(tmp_path, *run_args(tmp_path / "run", tmp_path / "s.sqlite", 3))
+    assert final(tmp_path / "run") == final(one_at_a_time)
+    assert rows(tmp_path / "run") == rows(one_at_a_time)
+
+
+@needs_ptxas
+def test_a_kill_with_several_kernels_under_way_resumes_to_the_same_rows(one_at_a_time,
+                                                                         tmp_path):
+    # A store of its own, empty as the uninterrupted run's was: the priors (auto) learn
+    # from the store as it is when the run starts (and are saved then, for the resume).
+    store = tmp_path / "s.sqlite"
+    killed = evo(tmp_path, *run_args(tmp_path / "run", store, 3), runner=("-c", KILLER),
+                 check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    evo(tmp_path, "run", "--resume", str(tmp_path / "run"), "--jobs", "2", "-q")
+    assert final(tmp_path / "run") == final(one_at_a_time)
+    assert rows(tmp_path / "run") == rows(one_at_a_time)
