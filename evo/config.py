@@ -50,6 +50,8 @@ class RunConfig:
     device: str = _opt("", doc="device name for the replay backend ('' = the only one)")
     confirm: bool = _opt(True, doc="after each kernel, measure its baseline and best again, "
                                    "back to back, past the store (gpu backend)")
+    jobs: int = _opt(1, lo=1, hi=256, doc="kernels searched at once (each in its own thread; "
+                                          "results do not depend on it)")
     caches: str = _opt("spec", choices=("spec", "warm", "cold"),
                        doc="the L2 when timing: each spec's own choice, or warm (launches "
                            "reuse their data) or cold (every launch reads from DRAM) for all")
@@ -144,6 +146,9 @@ class LlmConfig:
     history_chars: int = _opt(3000, lo=0, hi=100000,
                               doc="characters of the mutate prompt that quote the kernel's "
                                   "earlier LLM patches and their outcomes (0 = none)")
+    context_chars: int = _opt(6000, lo=0, hi=100000,
+                              doc="characters of the mutate prompt for the top variants, "
+                                  "per-gene effects and what the transform genes do (0 = none)")
 
     #: ``extra`` keys that other settings own, and what to set instead.
     RESERVED = {"model": "[llm] model", "messages": "the prompt templates",

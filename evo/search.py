@@ -119,7 +119,8 @@ class KernelSearch:
         view = SearchView(baseline=self._known_measurement(Genome()),
                           current=self._known_measurement(genome),
                           recent_failures=[f"{Genome.from_json(json.loads(k))}: {s['reason']}"
-                                           for k, s in self.known.items() if not s["valid"]][-8:])
+                                           for k, s in self.known.items() if not s["valid"]][-8:],
+                          known=self.known)
         valid = [(s["cycles"], k) for k, s in self.known.items() if s["valid"] and s["cycles"]]
         if valid:
             best_key = min(valid)[1]
@@ -259,7 +260,7 @@ def _config_hash(config: Config) -> str:
     """The config fields that change results (not budgets, which may be extended, nor
     where the store lives or which GPU ids measure)."""
     d = config.to_dict()
-    for key in ("generations", "max_evals", "store", "gpus"):
+    for key in ("generations", "max_evals", "store", "gpus", "jobs"):
         d["run"].pop(key, None)
     d["greedy"].pop("max_steps", None)
     d.pop("cluster", None)  # where candidates are measured, like the GPU ids

@@ -130,8 +130,10 @@ def test_user_prompt_dir_overrides_one_template(tmp_path):
     prompts = PromptSet(tmp_path)
     assert prompts.render("mutate", kernel={"name": "k1"}) == "MY PROMPT for k1\n"
     assert prompts.source_of("mutate") == tmp_path.resolve() / "mutate.j2"
-    system = prompts.render("system.j2")  # not overridden: the built-in one
+    # not overridden: the built-in one, which names the target arch of the context
+    system = prompts.render("system.j2", target={"arch": "sm_100", "family": "Blackwell"})
     assert "METHOD:" in system and prompts.source_of("system").parent.name == "prompts"
+    assert "(Blackwell, sm_100)" in system and "sm_90" not in system
     assert PromptSet("").source_of("mutate").parent.name == "prompts"  # config default
 
 
@@ -143,7 +145,8 @@ def test_undefined_variable_or_missing_template_is_a_prompt_error(tmp_path):
     with pytest.raises(PromptError, match=named):
         prompts.render("mutate", kernel={"name": "k"})
     with pytest.raises(PromptError, match=r"repair\.j2.*nmae"):
-        prompts.messages("repair", {"kernel": {"name": "k"}})
+        prompts.messages("repair", {"kernel": {"name": "k"}, "target": {"arch": "sm_90a",
+                                                                      "family": "Hopper"}})
     with pytest.raises(PromptError, match="'nope.j2' not found"):
         prompts.render("nope")
     with pytest.raises(PromptError, match="unknown prompt kind"):

@@ -1,11 +1,17 @@
 """What the LLM is told: the contexts that the mutate and repair templates render.
 
 ``build_mutate_context`` gathers everything one mutation prompt shows: the kernel's
-role and launch shape, the current PTX with line numbers (cut to its hottest region when
-long, see ``ptx_view``), what ptxas and the SASS say about it, the cycles measured so far
-(labelled static estimates where no GPU measured them), the genes already applied and
-what each did, the best genome, recent failures, what became of the LLM's earlier patches
-to this kernel (``evo.llm.history``) and the methods that have paid off.
+role and launch shape (the variant's own where a launch gene changed it), the target
+architecture (from the PTX's ``.target`` or the compile arch, ``evo.llm.occupancy``),
+the current PTX with line numbers (cut to its hottest region when long, see
+``ptx_view``), what ptxas and the SASS say about it, its theoretical occupancy and which
+limit binds, the cycles measured so far (labelled static estimates where no GPU measured
+them) and, for events-timed kernels, µs per launch, GB/s and the share of the copy
+roofline; the genes already applied and what each did, the best genome, the top
+variants so far, per-gene effects and what the transform genes already do
+(``evo.llm.context``, within ``context_chars``), recent failures, what became of the
+LLM's earlier patches to this kernel (``evo.llm.history``) and the methods that have
+paid off.
 ``build_repair_context`` gives a patch that failed to apply or to assemble, the error,
 and the PTX lines the patch aimed at. Both return plain dicts (JSON-safe), so that the
 templates and the prompt cache see the same data.
@@ -14,8 +20,9 @@ templates and the prompt cache see the same data.
 from __future__ import annotations
 
 import difflib
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -24,6 +31,8 @@ from harness.record import Measurement
 from harness.spec import BufferParam, KernelSpec
 from harness.spec_ptx import ptx_entries
 
+from evo.llm import context as search_facts
+from evo.llm.occupancy import occupancy, target_of
 from evo.llm.ptx_view import ptx_view, render_kept
 
 MAX_FAILURES = 8  # recent failures shown: older ones add length, not information
@@ -38,7 +47,12 @@ class MutateContext:
 
     kernel: dict  # name, entry, description, params [{name, ptx_name, kind, dtype, count,
     #               role, value}]
-    launch: dict  # grid, block, blocks, threads_per_block, shared_mem (dynamic bytes), timer
+    launch: dict  # grid, block, blocks, threads_per_block, shared_mem (dynamic bytes), timer,
+    #               variant: the current variant's {grid, block, blocks, threads_per_block}
+    #               where its genes changed the launch, else None
+    target: dict  # arch (what ptxas assembles for), family (e.g. Hopper), ptx_target
+    profile: dict  # bytes (text), baseline / current ({measured, gbps, share, text}),
+    #                measured (any of them), occupancy (evo.llm.occupancy.occupancy)
     genome: str
     genes: list  # [{index, gene, kind, status, changes, detail, method, rationale, summary}]
     ptx: dict  # text (numbered), total_lines, shown_lines, truncated, region, elided
@@ -51,6 +65,7 @@ class MutateContext:
     history: list  # lines: the kernel's earlier LLM patches and their outcomes
     history_left_out: int  # older history entries that did not fit the budget
     methods: list  # [{label, attempts, successes, mean_gain, gain_text}]
+    search: dict  # evo.llm.context.search_context: top variants, gene effects, transforms
     static: bool  # True when any cycle figure is a static estimate
 
 
@@ -59,16 +74,22 @@ def build_mutate_context(spec: KernelSpec, genome: Genome, baseline: Measurement
                          outcomes: Sequence[GeneOutcome] | None, recent_failures: list[str],
                          methods: list[dict], max_ptx_lines: int = 400, *,
                          best: Measurement | None = None, arch: str = "sm_90",
-                         history: Sequence[str] = (), history_left_out: int = 0) -> dict:
+                         history: Sequence[str] = (), history_left_out: int = 0,
+                         known: Mapping[str, dict] | None = None,
+                         context_chars: int = search_facts.CONTEXT_CHARS,
+                         top_k: int = search_facts.TOP_K) -> dict:
     """The mutate prompt's context for ``genome`` applied to ``spec``'s baseline PTX.
 
     ``outcomes`` are those of ``apply_genome`` if the caller has them (None: recomputed);
     ``best`` is the best genome's measurement; ``history`` the lines of
-    ``PatchHistory.lines`` (and how many entries they left out). The current PTX is
+    ``PatchHistory.lines`` (and how many entries they left out); ``known`` the search's
+    results so far (``KernelSearch.known``: effective genome key -> result summary), for
+    the top variants, the gene effects and the memory figures; ``arch`` the arch evo
+    compiles for (the PTX's own arch-specific ``.target`` wins). The current PTX is
     compiled here (ptxas, then cuobjdump for the opcode histogram) because the prompt
     must describe exactly the code it shows.
     """
-    applied = apply_genome(spec.ptx_text(), genome)
+    applied = apply_genome(spec.ptx_text(), genome, spec.launch)
     outcomes = list(applied.outcomes if outcomes is None else outcomes)
     base_cycles, cur_cycles = _cycles(baseline), _cycles(current)
     if base_cycles["cycles"] and cur_cycles["cycles"]:
@@ -78,28 +99,53 @@ def build_mutate_context(spec: KernelSpec, genome: Genome, baseline: Measurement
     if best_genome is not None:
         best_info = {"genome": str(best_genome), "cycles": _cycles(best)}
     resources, sass = _compile_figures(applied.ptx, arch)
+    launch = applied.launch or spec.launch
+    base_summary = search_facts.summary_of(known, Genome())
+    cur_summary = search_facts.summary_of(known, genome)
+    base_ref = base_cycles["cycles"] or (base_summary or {}).get("cycles")
     ctx = MutateContext(
         kernel=_kernel_info(spec), genome=str(genome),
         launch={"grid": list(spec.grid), "block": list(spec.block), "blocks": spec.blocks,
                 "threads_per_block": spec.threads_per_block, "shared_mem": spec.shared_mem,
-                "timer": spec.timing},
+                "timer": spec.timing,
+                "variant": None if launch == spec.launch else {
+                    "grid": list(launch.grid), "block": list(launch.block),
+                    "blocks": math.prod(launch.grid),
+                    "threads_per_block": math.prod(launch.block)}},
+        target=target_of(applied.ptx, arch, resources.get("arch")),
+        profile={"bytes": search_facts.bytes_text(spec),
+                 "baseline": search_facts.memory(
+                     spec, "Baseline", search_facts.figures(baseline, base_summary)),
+                 "current": search_facts.memory(
+                     spec, "Current variant", search_facts.figures(current, cur_summary)),
+                 "occupancy": occupancy(
+                     resources.get("arch") or arch,
+                     resources.get("registers") if resources.get("ok") else None,
+                     math.prod(launch.block), resources.get("shared_mem") or 0,
+                     spec.shared_mem)},
         genes=[_gene_info(i, o) for i, o in enumerate(outcomes)],
         ptx=ptx_view(applied.ptx, spec.entry, max_ptx_lines),
         resources=resources, sass=sass, baseline=base_cycles, current=cur_cycles,
         best=best_info, recent_failures=[_clip(f, 400) for f in recent_failures[-MAX_FAILURES:]],
         history=list(history), history_left_out=history_left_out,
         methods=_top_methods(methods),
+        search=search_facts.search_context(known, base_ref, context_chars, top_k),
         static=any(m is not None and m.is_static for m in (baseline, current, best)),
     )
+    ctx.profile["measured"] = ctx.profile["baseline"]["measured"] or \
+        ctx.profile["current"]["measured"]
+    ctx.static = ctx.static or ctx.search["static"]
     return asdict(ctx)
 
 
 def build_repair_context(spec: KernelSpec, ptx: str, patch: PatchGene | str, error: str, *,
                          stage: str = "apply", patched_ptx: str | None = None,
-                         context_lines: int = 8, max_region_lines: int = 160) -> dict:
+                         context_lines: int = 8, max_region_lines: int = 160,
+                         arch: str = "sm_90") -> dict:
     """The repair prompt's context: a patch that failed at ``stage`` ("apply": it did not
-    match ``ptx``; "assemble": ptxas rejected ``patched_ptx``), its error, and the lines
-    of ``ptx`` it targeted (numbered, with ``context_lines`` around them)."""
+    match ``ptx``; "assemble": ptxas rejected ``patched_ptx``), its error, the lines of
+    ``ptx`` it targeted (numbered, with ``context_lines`` around them) and the target
+    architecture (``arch``: the compile arch; the PTX's arch-specific ``.target`` wins)."""
     gene = patch if isinstance(patch, PatchGene) else PatchGene(str(patch))
     lines = ptx.splitlines()
     hits = _targeted_lines(lines, gene.diff)
@@ -115,7 +161,7 @@ def build_repair_context(spec: KernelSpec, ptx: str, patch: PatchGene | str, err
         "kernel": {"name": spec.name, "entry": spec.entry, "description": spec.description},
         "patch": {"diff": gene.diff, "method": gene.method, "rationale": gene.rationale},
         "stage": stage, "error": _clip(error.strip() or "(no error text)", 4000),
-        "region": region, "error_region": error_region,
+        "region": region, "error_region": error_region, "target": target_of(ptx, arch),
     }
 
 
@@ -180,9 +226,10 @@ def _compile_figures(ptx: str, arch: str) -> tuple[dict, dict]:
         result = compile_ptx(ptx, arch)
     except MissingToolError as err:  # a prompt without figures beats no prompt at all
         sass["reason"] = "ptxas unavailable"
-        return {"ok": False, "error": f"ptxas unavailable: {err}", "arch": arch}, sass
+        return {"ok": False, "error": f"ptxas unavailable: {err}",
+                "arch": target_of(ptx, arch)["arch"]}, sass
     keys = ("registers", "spill_stores", "spill_loads", "stack_frame", "shared_mem")
-    resources = {"ok": result.ok, "error": result.error, "arch": arch,
+    resources = {"ok": result.ok, "error": result.error, "arch": result.arch or arch,
                  **{k: getattr(result, k) for k in keys}}
     if result.ok:
         text = disassemble(result.cubin)

@@ -50,6 +50,9 @@ class SearchView:
     best_genome: Genome | None = None
     best: Measurement | None = None
     recent_failures: list[str] = field(default_factory=list)
+    # The search's results so far (KernelSearch.known: effective genome key -> result
+    # summary): the prompt's top variants, per-gene effects and memory figures.
+    known: dict = field(default_factory=dict)
 
 
 def normalize_method(label: str) -> str:
@@ -65,6 +68,9 @@ class LlmMutator:
         self.store = store
         self.arch = arch
         self.history_chars = config.history_chars
+        # The budget of the top variants, gene effects and transform list: [llm]
+        # context_chars where the config has that key, else evo.llm.context's default.
+        self.context_chars = config.context_chars
         self.counts: Counter = Counter()
         self.history = PatchHistory()
         # The catalogue the prompts show: the store's as the run found it, plus this run's
@@ -88,7 +94,8 @@ class LlmMutator:
         context = build_mutate_context(spec, genome, view.baseline, view.current,
                                        view.best_genome, None, failures, methods,
                                        best=view.best, arch=self.arch, history=history,
-                                       history_left_out=left_out)
+                                       history_left_out=left_out, known=view.known,
+                                       context_chars=self.context_chars)
         reply = self.client.complete(self.prompts.messages("mutate", context), "mutate")
         gene = _patch_gene(reply.text) if reply.ok else None
         if gene is None:
@@ -99,9 +106,9 @@ class LlmMutator:
         self.counts["proposed"] += 1
         child, problem, stage, patched = self._check(spec, genome, gene)
         if problem:  # one repair attempt
-            current_ptx = apply_genome(spec.ptx_text(), genome).ptx
+            current_ptx = apply_genome(spec.ptx_text(), genome, spec.launch).ptx
             repair = build_repair_context(spec, current_ptx, gene, problem, stage=stage,
-                                          patched_ptx=patched)
+                                          patched_ptx=patched, arch=self.arch)
             reply = self.client.complete(self.prompts.messages("repair", repair), "repair")
             gene = _patch_gene(reply.text) if reply.ok else None
             self.counts["repairs"] += 1
@@ -117,7 +124,7 @@ class LlmMutator:
     def _check(self, spec, genome, gene) -> tuple[Genome, str | None, str, str | None]:
         """(child, problem or None, failing stage, patched PTX); counts what passed."""
         child = Genome(genome.genes + (gene,))
-        applied = apply_genome(spec.ptx_text(), child)
+        applied = apply_genome(spec.ptx_text(), child, spec.launch)  # as the evaluator does
         last = applied.outcomes[-1]
         if last.status != "applied":
             problem = last.detail or last.status
