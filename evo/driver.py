@@ -43,12 +43,17 @@ class KernelLedger:
         """This kernel's entries into the run's checkpoint, then its events appended and
         the checkpoint written (``write(events)``), all under the run's lock."""
         with self._lock:
-            for section in SECTIONS:
-                if self.name in self.checkpoint[section]:
-                    self._checkpoint.setdefault(section, {})[self.name] = copy.deepcopy(
-                        self.checkpoint[section][self.name])
-            pending, self._pending = self._pending, []
-            self._write(pending)
+            self._write(self.hand_over())
+
+    def hand_over(self) -> list[dict]:
+        """This kernel's entries copied into the run's checkpoint; its held events, for
+        the caller to write with it (the caller holds the run's lock)."""
+        for section in SECTIONS:
+            if self.name in self.checkpoint[section]:
+                self._checkpoint.setdefault(section, {})[self.name] = copy.deepcopy(
+                    self.checkpoint[section][self.name])
+        pending, self._pending = self._pending, []
+        return pending
 
 
 def each_kernel(items: list, work, jobs: int, stop: threading.Event) -> list:

@@ -160,16 +160,13 @@ def best_speedups(run: RunDir) -> tuple[dict[str, float], bool, set[str]]:
     """Per kernel: the speedup to quote (the baseline and best measured again at the end,
     ``evo.run.confirm``, where the run did), else baseline / best valid cycles over the
     run's evaluations; whether static; the kernels whose figure was measured again."""
-    import json
-
     out, static, again = {}, False, set()
     for name, s in kernel_series(run.events()).items():
         static |= s["static"]
         cycles = [e["cycles"] for e in s["evals"] if e["valid"] and e["cycles"]]
         if s["baseline"] and cycles:
             out[name] = s["baseline"] / min(cycles)
-    checkpoint = run.path / "checkpoint.json"
-    kernels = json.loads(checkpoint.read_text()).get("kernels", {}) if checkpoint.is_file() else {}
+    kernels = run.read_checkpoint().get("kernels", {}) if run.has_checkpoint() else {}
     for name, data in kernels.items():
         c = data.get("confirmed") or {}
         if c.get("baseline") and c.get("best"):

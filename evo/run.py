@@ -160,9 +160,10 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     ledgers = {spec.name: KernelLedger(spec.name, checkpoint, write, lock) for spec in kernels}
     for spec in kernels:
         ledger = ledgers[spec.name]
-        if learn_source.run_prior(priors, ledger.checkpoint, spec, backend.device,
-                                  ledger.events) is not None:
-            ledger.save()
+        learn_source.run_prior(priors, ledger.checkpoint, spec, backend.device, ledger.events)
+    if priors is not None:  # one checkpoint for all of them
+        with lock:
+            write([e for ledger in ledgers.values() for e in ledger.hand_over()])
 
     def one_kernel(spec: KernelSpec, slot: int):
         ledger = ledgers[spec.name]

@@ -263,10 +263,11 @@ class RunDir:
         # before the new one replaces it, so a kill between the two steps loses nothing.
         # ``events_bytes``: how much of events.jsonl this checkpoint covers; a resume cuts
         # the file back to it (``rewind_events``), since it repeats everything after it.
-        # Why an offset rather than holding a generation's events back until the checkpoint:
-        # events.jsonl stays live (plots, tail -f of a running search), and a kill between
-        # writing the held-back rows and the checkpoint would duplicate them all the same;
-        # only the resume side can repair what SIGKILL leaves.
+        # evo run holds each kernel's rows until that kernel's next checkpoint and appends
+        # them just before it (``evo.driver``: with kernels searched at once, one kernel's
+        # checkpoint must not cover another's rows of an unfinished generation), so the file
+        # is live a generation at a time; a kill between the rows and the checkpoint still
+        # leaves rows no checkpoint covers, and only the resume side can repair that.
         current = self.path / CHECKPOINT
         if current.exists():
             write_atomic(self.path / PREVIOUS, current.read_bytes())

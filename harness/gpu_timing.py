@@ -257,8 +257,8 @@ def time_events(runner, request) -> tuple[list[float], dict]:
     spec, cp, stream = request.spec, runner.cp, runner.stream
     fn = runner.function(request.cubin, spec.entry)
     images = runner.seed_data(spec, request.timing_seed)[1]
-    moved = set_bytes(spec)
-    copies = cold_copies(moved, runner.l2_bytes) if spec.caches == "cold" else 1
+    held = set_bytes(spec)  # one set of the buffers: what cold timing rotates
+    copies = cold_copies(held, runner.l2_bytes) if spec.caches == "cold" else 1
     arg_sets = runner.rotated_args(spec, copies, images)
     start, stop = cp.cuda.Event(), cp.cuda.Event()
 
@@ -277,7 +277,7 @@ def time_events(runner, request) -> tuple[list[float], dict]:
     estimate = elapsed_us(loop(10), 10)  # includes the ~µs launch floor: an upper bound
     k = int(min(MAX_GRAPH_LAUNCHES, max(1, GRAPH_TARGET_S * 1e6 / max(estimate, 1e-3))))
     k = max(copies, k // copies * copies)  # whole rotations: no set is reused early
-    notes = {"graph_launches": k, "caches": caches_note(spec, moved, copies, runner.l2_bytes),
+    notes = {"graph_launches": k, "caches": caches_note(spec, held, copies, runner.l2_bytes),
              "placement": runner.placement(spec)}
     try:
         stream.begin_capture()
@@ -300,11 +300,10 @@ def time_events(runner, request) -> tuple[list[float], dict]:
             samples.append(elapsed_us(replay, k))
     mhz_after = sm_mhz(runner)
     mhz = (mhz_before + mhz_after) / 2
+    moved = spec.bytes_read + spec.bytes_written  # the least the kernel must move
     notes.update(sm_mhz_before=round(mhz_before, 1), sm_mhz_after=round(mhz_after, 1),
                  sm_mhz=round(mhz, 1), us_per_launch=float(np.median(samples)),
-                 bytes_moved=spec.bytes_read + spec.bytes_written,
-                 copy_gbps=round(copy_gbps(runner, spec.bytes_read + spec.bytes_written,
-                                           spec.caches), 1))
+                 bytes_moved=moved, copy_gbps=round(copy_gbps(runner, moved, spec.caches), 1))
     return [us * mhz for us in samples], notes
 
 
