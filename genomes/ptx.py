@@ -270,6 +270,26 @@ class Module:
 # --------------------------------------------------------------------------- reading
 
 
+_ENTRY_DECL_RE = re.compile(r"^[ \t]*(?:\.(?:visible|weak|extern)\s+)*\.entry\s", re.M)
+
+
+def only_entry(text: str, entry: str) -> str:
+    """The PTX with every kernel entry but ``entry`` removed (``.func``s and globals stay).
+
+    A module from ``nvcc -ptx`` often holds several kernels; a spec launches one. Genes
+    must edit that one only, and ptxas figures and SASS must be that kernel's, so the
+    spec's baseline is narrowed here. Text with one entry, or without ``entry``, comes
+    back unchanged (byte for byte: store keys of single-kernel PTX do not move).
+    """
+    if len(_ENTRY_DECL_RE.findall(text)) < 2:
+        return text
+    module = parse(text)
+    if entry not in {f.name for f in module.entries}:
+        return text
+    return Module([p for p in module.parts
+                   if isinstance(p, str) or not p.is_entry or p.name == entry]).render()
+
+
 def parse(text: str, source: str = "<ptx>") -> Module:
     """Parse PTX text into a Module. Raises PtxParseError (with a line number) on bad PTX."""
     from genomes.ptx_parse import parse_module

@@ -179,9 +179,10 @@ class Evaluator:
         path = str(spec.ptx_path)
         entry = spec.entry if self.backend.wants_clock_ptx and spec.timing == "clock64" else None
         launch = spec.launch.to_json()
-        return list(self._apply_pool.map(_apply_from_file, [path] * len(genomes),
-                                         [g.to_json() for g in genomes], [entry] * len(genomes),
-                                         [launch] * len(genomes)))
+        n = len(genomes)
+        return list(self._apply_pool.map(_apply_from_file, [path] * n, [spec.entry] * n,
+                                         [g.to_json() for g in genomes], [entry] * n,
+                                         [launch] * n))
 
     def _prepare(self, spec, variants: list[Variant], base: Measurement | None,
                  stats: EvalStats) -> Batch:
@@ -288,21 +289,22 @@ class Evaluator:
         return self._modules[spec.name]
 
 
-_APPLY_CACHE: dict[str, ptx_model.Module] = {}  # per apply-pool process: parsed baselines
+_APPLY_CACHE: dict[tuple[str, str], ptx_model.Module] = {}  # per pool process: baselines
 
 
-def _apply_from_file(ptx_path: str, genome_json: dict, clock_entry: str | None,
+def _apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: str | None,
                      launch_json: dict | None = None) -> tuple[Applied, str | None]:
     """Apply a genome in a pool process (the baseline is parsed once per process); with
     ``clock_entry``, also the result with its clock64 twin (``with_clock_twin``; None if
     that fails: the backend then instruments it itself and reports why)."""
     from harness.instrument import with_clock_twin
 
-    if ptx_path not in _APPLY_CACHE:
+    key = (ptx_path, entry)
+    if key not in _APPLY_CACHE:  # the spec's baseline, as KernelSpec.ptx_text reads it
         with open(ptx_path) as f:
-            _APPLY_CACHE[ptx_path] = ptx_model.parse(f.read(), ptx_path)
+            _APPLY_CACHE[key] = ptx_model.parse(ptx_model.only_entry(f.read(), entry), ptx_path)
     launch = Launch.from_json(launch_json) if launch_json is not None else None
-    applied = apply_genome(_APPLY_CACHE[ptx_path], Genome.from_json(genome_json), launch)
+    applied = apply_genome(_APPLY_CACHE[key], Genome.from_json(genome_json), launch)
     twin = None
     if clock_entry is not None:
         try:

@@ -31,6 +31,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from genomes.errors import EvoError
+from genomes.ptx import only_entry
 
 DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "i32": "int32", "u32": "uint32",
           "i64": "int64", "u64": "uint64", "i8": "int8", "u8": "uint8"}
@@ -151,8 +152,9 @@ class KernelSpec:
     numpy_dtype = staticmethod(numpy_dtype)
 
     def ptx_text(self) -> str:
-        """The baseline PTX."""
-        return read_ptx(self.ptx_path)
+        """The baseline PTX: the file's, less any other kernel entries it holds
+        (``genomes.ptx.only_entry``: genes, ptxas figures and SASS are this entry's)."""
+        return only_entry(read_ptx(self.ptx_path), self.entry)
 
     def buffers(self) -> list[BufferParam]:
         """Buffer params, in PTX order."""
