@@ -1,6 +1,7 @@
 """End-to-end evaluation throughput: how many unique candidates per second evo gets through.
 
     python -m harness.bench_throughput --seconds 60 --backend gpu [--gpus 0,1] [--out bench.json]
+    python -m harness.bench_throughput --seconds 60 --backend gpu --cluster local
     python -m harness.bench_throughput --seconds 5 --backend static     # CPU smoke test
 
 Random genomes (seeded, ``genomes.variation.random_genome``) over the 64 gemm_tile kernels
@@ -40,7 +41,7 @@ STATIC_TAG = "static estimate, not measured"
 
 def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, seed: int = 0,
               gpus: list[int] | None = None, kernels: list[str] | None = None,
-              max_len: int = 4, ahead: int = 2) -> dict:
+              max_len: int = 4, ahead: int = 2, cluster: str = "") -> dict:
     """Run the benchmark for about ``seconds``; return the JSON-safe summary."""
     rng = random.Random(seed)
     names = kernels or gemm_tiles()
@@ -48,7 +49,8 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
     batches = 0
     with tempfile.TemporaryDirectory(prefix="evo-bench-") as tmp, \
             Store(Path(tmp, "store.sqlite")) as store, \
-            make_backend(backend_kind, store=store, gpus=gpus, seed=seed) as backend:
+            make_backend(backend_kind, store=store, gpus=gpus, seed=seed,
+                         cluster=cluster) as backend:
         evaluator = Evaluator(backend, store)
         drawn = 0
 
@@ -78,9 +80,11 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
         stats = evaluator.stats.to_json()
         summary = {
             "backend": backend.name, "device": backend.device, "chosen_because": backend.chosen_because,
-            "static": backend.name == "static", "seconds": round(elapsed, 3), "batches": batches,
+            # device, not backend name: a cluster of static workers estimates too
+            "static": backend.device == "static", "seconds": round(elapsed, 3), "batches": batches,
             "batch_size": batch, "seed": seed, "kernels": len(names), "ahead": ahead,
-            "compile_pool": evaluator.workers,
+            "compile_pool": evaluator.workers, "cluster": cluster or None,
+            "cluster_offers": backend.offers() if cluster else None,
             "unique_candidates_per_s": round(stats["compiled"] / elapsed, 3) if elapsed else 0.0,
             "measured_per_s": round(stats["measured"] / elapsed, 3) if elapsed else 0.0,
             "genomes_per_s": round(stats["genomes"] / elapsed, 3) if elapsed else 0.0,
@@ -97,7 +101,9 @@ def format_summary(s: dict) -> str:
     lines = [
         f"backend {s['backend']} on {s['device']}" + (f" ({s['chosen_because']})" if s["chosen_because"] else ""),
         f"{s['seconds']:.1f} s, {s['batches']} batches of {s['batch_size']} genomes over {s['kernels']} kernels, "
-        f"compile pool {s['compile_pool']}, {s['ahead']} batches prepared ahead",
+        f"compile pool {s['compile_pool']}, {s['ahead']} batches prepared ahead"
+        + (f", Dask cluster {s['cluster']} ({s['cluster_offers']['workers']} workers)"
+           if s.get("cluster") else ""),
         f"unique candidates/s: {s['unique_candidates_per_s']:.2f}  (measured/s {s['measured_per_s']:.2f}, "
         f"genomes/s {s['genomes_per_s']:.2f})",
         f"genomes {p['genomes']}, unique PTX {p['unique_ptx']} (store hits {p['ptx_hits']}, "
@@ -124,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ahead", type=int, default=2,
                         help="batches prepared (applied, compiled) while one is measured")
+    parser.add_argument("--cluster", default="",
+                        help="measure on a Dask cluster: local[:N] or tcp://HOST:PORT "
+                             "(harness.backends.cluster)")
     parser.add_argument("--kernels", help="comma-separated kernel names (default: the 64 gemm_tiles)")
     parser.add_argument("--out", type=Path, help="write the JSON summary here")
     args = parser.parse_args(argv)
@@ -131,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
         kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
         summary = run_bench(args.seconds, args.backend, args.batch, args.seed, gpus, kernels,
-                            ahead=max(1, args.ahead))
+                            ahead=max(1, args.ahead), cluster=args.cluster)
     except (EvoError, ValueError) as err:
         print(f"bench_throughput: error: {err}", file=sys.stderr)
         return 2

@@ -93,3 +93,21 @@ def test_evo_run_on_a_local_cluster_reports_what_it_reports_without(tmp_path):
     clustered, table, report = run("cluster", "--cluster", "local:2")
     assert clustered == alone and table == alone_table
     assert "2 Dask workers at local:2" in report
+
+
+@needs_ptxas
+def test_bench_throughput_on_a_local_cluster_says_static_and_counts_workers(tmp_path, capsys):
+    import json
+    import re
+
+    from harness.bench_throughput import main
+
+    out_file = tmp_path / "bench.json"
+    assert main(["--seconds", "0.2", "--backend", "static", "--batch", "2", "--kernels",
+                 "gemm_tile_2x2x2", "--cluster", "local:2", "--out", str(out_file)]) == 0
+    text = capsys.readouterr().out
+    summary = json.loads(out_file.read_text())
+    assert summary["static"] and summary["cluster"] == "local:2"
+    assert summary["cluster_offers"]["workers"] == 2 and "2 workers" in text
+    assert all("static estimate, not measured" in line for line in text.splitlines()
+               if re.search(r"\d", line) and not line.startswith("wrote"))

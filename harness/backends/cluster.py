@@ -83,8 +83,25 @@ def _worker_backend(kind: str, options: str) -> Backend:
         if (kind, options) not in _BACKENDS:
             from harness.backends import make_backend
 
-            _BACKENDS[(kind, options)] = make_backend(kind, **json.loads(options))
+            knobs = json.loads(options)
+            if kind == "gpu" and "gpus" not in knobs:
+                knobs["gpus"] = [_worker_gpu()]
+            _BACKENDS[(kind, options)] = make_backend(kind, **knobs)
         return _BACKENDS[(kind, options)]
+
+
+def _worker_gpu() -> int:
+    """The GPU this worker measures on: a LocalCluster names its workers 0..N-1, one per
+    visible GPU; a worker started by hand (one per GPU, CUDA_VISIBLE_DEVICES set, as the
+    README says) sees its own GPU as device 0."""
+    from distributed import get_worker
+
+    name = get_worker().name
+    if isinstance(name, int):
+        import cupy
+
+        return name % cupy.cuda.runtime.getDeviceCount()
+    return 0
 
 
 def worker_sees_gpu() -> bool:
