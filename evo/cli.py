@@ -326,6 +326,14 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(p)
     p.set_defaults(func=commands.cmd_show)
 
+    p = command("export", "write a run's best variant of a kernel for use in a program: "
+                          "PTX, cubin, launch shape and a CuPy loader (load_KERNEL.py)")
+    p.add_argument("run", type=Path, metavar="RUN", help="a run folder (runs/<name>)")
+    p.add_argument("kernel", metavar="KERNEL", help="a kernel of that run (evo show RUN lists them)")
+    p.add_argument("-o", "--out", type=Path, metavar="DIR",
+                   help="folder to write into (default: RUN/export/KERNEL)")
+    p.set_defaults(func=_export)
+
     p = command("plot", "write fitness curves (plots/<kernel>.png) and a speedup summary "
                         "(plots/summary.png) for one or more runs; for an evo bench folder, "
                         "best-so-far curves per strategy and plots/reduction.png")
@@ -335,6 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(default: the first 4)")
     p.set_defaults(func=commands.cmd_plot)
     return parser
+
+
+def _export(args) -> int:
+    from evo.export import cmd_export
+
+    return cmd_export(args)
 
 
 def _gpu_ids(text: str) -> list[int]:

@@ -1,0 +1,155 @@
+"""``evo export RUN KERNEL``: the evolved kernel back into the user's program.
+
+Writes, into ``RUN/export/KERNEL/`` (or ``-o DIR``):
+
+- ``KERNEL.ptx``: the best PTX of the run (what was measured and checked);
+- ``KERNEL.cubin``: that PTX assembled by ptxas for the architecture its ``.target``
+  names, with the ptxas options its genome carries (as the run compiled it);
+- ``KERNEL.launch.json``: entry, grid, block, dynamic shared memory, the parameters in
+  order (name, kind, dtype), the genome, the baseline's launch and the measured speedup;
+- ``load_KERNEL.py``: a loader with ``launch(*args)`` on CuPy (a ``RawModule`` of the
+  cubin, or of the PTX on a GPU of another architecture).
+
+The grid is the one that covers the spec's sizes: a genome that changed the block size or
+made each thread handle more elements (``block``, ``coarsen``) shrank it for those sizes,
+and the launch file shows the baseline's launch beside it so a caller with other sizes
+can scale it. For a Triton kernel, the loader replaces the Triton call: the spec's
+parameter list holds Triton's extra scratch parameters, which the loader passes too.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+from evo.rundir import RunDir, write_atomic
+from genomes.errors import EvoError
+from genomes.genome import Genome
+
+_LOADER = '''"""Load and launch {kernel}: the fastest correct variant evo found (run {run}).
+
+    from load_{kernel} import launch
+    launch({call})
+
+Buffers are CuPy arrays (or anything with a device pointer CuPy accepts), scalars Python
+numbers; all in the order above, the kernel's own parameter order. The launch shape
+({grid} x {block}) covers the sizes of the spec it was evolved on; see
+{kernel}.launch.json for the baseline's shape.
+Genome: {genome}
+"""
+
+import json
+import pathlib
+
+import cupy
+import numpy
+
+HERE = pathlib.Path(__file__).resolve().parent
+LAUNCH = json.loads((HERE / "{kernel}.launch.json").read_text())
+_SCALAR_TYPES = {{"f32": numpy.float32, "f64": numpy.float64, "f16": numpy.float16,
+                 "i32": numpy.int32, "u32": numpy.uint32, "i64": numpy.int64,
+                 "u64": numpy.uint64, "i8": numpy.int8, "u8": numpy.uint8}}
+_functions = {{}}
+
+
+def function():
+    """The kernel as a CuPy RawKernel function: the cubin when this GPU's architecture is
+    the one it was assembled for, else the PTX (the driver compiles it for this GPU)."""
+    device = cupy.cuda.Device().id
+    if device not in _functions:
+        arch = "sm_" + cupy.cuda.Device().compute_capability
+        code = HERE / ("{kernel}.cubin" if arch == LAUNCH["arch"] else "{kernel}.ptx")
+        module = cupy.RawModule(path=str(code))
+        _functions[device] = module.get_function(LAUNCH["entry"])
+    return _functions[device]
+
+
+def launch(*args, stream=None):
+    """Launch the evolved kernel with its arguments in the kernel's parameter order."""
+    params = LAUNCH["params"]
+    if len(args) != len(params):
+        names = ", ".join(p["name"] for p in params)
+        raise TypeError(f"{kernel} takes {{len(params)}} arguments ({{names}}), got {{len(args)}}")
+    values = tuple(a if p["kind"] == "buffer" else _SCALAR_TYPES[p["dtype"]](a)
+                   for a, p in zip(args, params))
+    function()(tuple(LAUNCH["grid"]), tuple(LAUNCH["block"]), values,
+               shared_mem=LAUNCH["shared_mem"], stream=stream)
+'''
+
+
+def find_spec(run: RunDir, kernel: str):
+    """The spec of ``kernel`` among the run's suite (its config.toml), or an EvoError."""
+    from evo.run import resolve_suite
+
+    suite = tomllib.loads(run.config_text())["run"]["suite"]
+    try:
+        specs = resolve_suite(suite)
+    except EvoError as err:
+        raise EvoError(f"{run.path}: cannot read the run's kernels again ({err}); run "
+                       "evo export where the run was started") from None
+    for spec in specs:
+        if spec.name == kernel:
+            return spec
+    raise EvoError(f"{run.path}: no kernel {kernel!r} in the run (its kernels: "
+                   f"{', '.join(s.name for s in specs)})")
+
+
+def export_kernel(run_path: Path, kernel: str, out: Path | None = None) -> list[Path]:
+    """Write the export files of ``kernel``'s best variant (module docstring); return them."""
+    from evo.report import results_from_checkpoint, speedup
+    from harness.compile import compile_ptx
+
+    run = RunDir.open(run_path)
+    best = run.path / "best"
+    if not (best / f"{kernel}.ptx").is_file():
+        done = sorted(p.stem for p in best.glob("*.ptx")) if best.is_dir() else []
+        raise EvoError(f"{run.path}: no best/{kernel}.ptx (kernels with a result: "
+                       f"{', '.join(done) or 'none yet'})")
+    spec = find_spec(run, kernel)
+    ptx = (best / f"{kernel}.ptx").read_text()
+    genome = json.loads((best / f"{kernel}.genome.json").read_text())
+    launch_file = best / f"{kernel}.launch.json"
+    launch = json.loads(launch_file.read_text()) if launch_file.is_file() \
+        else spec.launch.to_json()
+    compiled = compile_ptx(ptx)
+    if not compiled.ok:
+        raise EvoError(f"{kernel}: ptxas failed on best/{kernel}.ptx: {compiled.error}")
+    strategy = tomllib.loads(run.config_text())["run"]["strategy"]
+    result = next((r for r in results_from_checkpoint(run, strategy) if r.kernel == kernel),
+                  None)
+    measured = speedup(result) if result else None
+    backend = run.read_checkpoint().get("backend", "")
+    static = "static" in backend.split(" on ", 1)[0]  # the static backend estimates
+    params = [{"name": p.name, "kind": p.kind, "dtype": p.dtype} for p in spec.params]
+    description = {
+        "kernel": kernel, "entry": spec.entry, "arch": compiled.arch,
+        "grid": list(launch["grid"]), "block": list(launch["block"]),
+        "shared_mem": spec.shared_mem, "params": params, "genome": genome,
+        "baseline_launch": {"grid": list(spec.grid), "block": list(spec.block)},
+        "speedup": round(measured, 4) if measured else None, "measured_with": backend,
+        **({"speedup_note": "static estimate, not measured"} if static else {}),
+        "registers": compiled.registers, "run": str(run.path),
+    }
+    folder = out or run.path / "export" / kernel
+    folder.mkdir(parents=True, exist_ok=True)
+    call = ", ".join(p["name"] for p in params)
+    loader = _LOADER.format(kernel=kernel, run=run.path.name, call=call,
+                            grid=tuple(launch["grid"]), block=tuple(launch["block"]),
+                            genome=str(Genome.from_json(genome)))
+    files = {f"{kernel}.ptx": ptx, f"{kernel}.cubin": compiled.cubin,
+             f"{kernel}.launch.json": json.dumps(description, indent=1) + "\n",
+             f"load_{kernel}.py": loader}
+    written = []
+    for name, content in files.items():
+        write_atomic(folder / name, content)
+        written.append(folder / name)
+    return written
+
+
+def cmd_export(args) -> int:
+    from evo import exit_codes
+
+    for path in export_kernel(args.run, args.kernel, args.out):
+        print(f"wrote {path}")
+    return exit_codes.OK
