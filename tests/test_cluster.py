@@ -111,3 +111,11 @@ def test_bench_throughput_on_a_local_cluster_says_static_and_counts_workers(tmp_
     assert summary["cluster_offers"]["workers"] == 2 and "2 workers" in text
     assert all("static estimate, not measured" in line for line in text.splitlines()
                if re.search(r"\d", line) and not line.startswith("wrote"))
+
+
+def test_local_workers_spread_over_the_gpus():
+    from harness.backends.cluster import gpu_of_worker
+
+    assert [gpu_of_worker(i, 2) for i in range(4)] == [0, 1, 0, 1]
+    assert gpu_of_worker("tcp://10.0.0.1:40000", 2) == 0  # started by hand: its own GPU 0
+    assert gpu_of_worker(3, 1) == 0

@@ -78,30 +78,26 @@ _BACKENDS: dict = {}  # in each worker process: (kind, options as JSON) -> its b
 _LOCK = threading.Lock()
 
 
-def _worker_backend(kind: str, options: str) -> Backend:
+def _worker_backend(kind: str, options: str, worker_name) -> Backend:
     with _LOCK:
         if (kind, options) not in _BACKENDS:
             from harness.backends import make_backend
 
             knobs = json.loads(options)
             if kind == "gpu" and "gpus" not in knobs:
-                knobs["gpus"] = [_worker_gpu()]
+                import cupy
+
+                knobs["gpus"] = [gpu_of_worker(worker_name,
+                                               cupy.cuda.runtime.getDeviceCount())]
             _BACKENDS[(kind, options)] = make_backend(kind, **knobs)
         return _BACKENDS[(kind, options)]
 
 
-def _worker_gpu() -> int:
-    """The GPU this worker measures on: a LocalCluster names its workers 0..N-1, one per
+def gpu_of_worker(name, gpus: int) -> int:
+    """The GPU a worker measures on: a LocalCluster names its workers 0..N-1, one per
     visible GPU; a worker started by hand (one per GPU, CUDA_VISIBLE_DEVICES set, as the
-    README says) sees its own GPU as device 0."""
-    from distributed import get_worker
-
-    name = get_worker().name
-    if isinstance(name, int):
-        import cupy
-
-        return name % cupy.cuda.runtime.getDeviceCount()
-    return 0
+    README says) has another name and sees its own GPU as device 0."""
+    return name % gpus if isinstance(name, int) and gpus > 0 else 0
 
 
 def worker_sees_gpu() -> bool:
@@ -124,13 +120,16 @@ def _local_spec(spec, ptx_text: str):
 def measure_on_worker(kind: str, options: str, spec, ptx_text: str, variant: Variant,
                       baseline: Measurement | None) -> Measurement:
     """One candidate measured by this worker's backend (a Dask task)."""
-    backend = _worker_backend(kind, options)
+    from distributed import get_worker
+
+    backend = _worker_backend(kind, options, get_worker().name)
     return backend.measure_many(_local_spec(spec, ptx_text), [variant], baseline)[0]
 
 
-def worker_device(kind: str, options: str) -> str:
-    """The device this worker's backend measures on (run on every worker at the start)."""
-    return _worker_backend(kind, options).device
+def worker_device(kind: str, options: str, dask_worker=None) -> str:
+    """The device this worker's backend measures on (run on every worker at the start,
+    by ``Client.run``, which passes the worker itself as ``dask_worker``)."""
+    return _worker_backend(kind, options, dask_worker.name if dask_worker else None).device
 
 
 # --------------------------------------------------------------------------- driver side
