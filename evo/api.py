@@ -36,7 +36,7 @@ from harness.spec import (BufferParam, KernelSpec, ScalarParam, SpecError, Toler
 from harness.spec_ptx import check_ptx, ptx_entries
 from harness.spec_write import param_table, spec_toml
 
-__all__ = ["RunResult", "buffer", "from_triton", "kernel", "measure", "run", "scalar"]
+__all__ = ["RunResult", "buffer", "from_triton", "from_triton_call", "kernel", "measure", "run", "scalar"]
 
 TRITON_SCRATCH = ("global_scratch", "profile_scratch")  # the pointers Triton appends, in order
 
@@ -143,6 +143,15 @@ def from_triton(compiled, *, grid, params, block=None, name: str | None = None,
     settings = {"entry": entry, "shared_mem": _triton_attr(compiled, "shared") or 0,
                 "name": name, **options}  # the caller's entry= or shared_mem= wins
     return kernel(text, grid=grid, block=block, params=params, **settings)
+
+
+def from_triton_call(fn, grid, *args, **kwargs) -> KernelSpec:
+    """A KernelSpec from a real call ``fn[grid](*args, **kwargs)`` of a ``@triton.jit``
+    function: the call is made once, and its arguments give the params (``evo.triton_call``).
+    ``name=``, ``folder=`` and ``tolerance=`` are evo's; every other keyword is the call's."""
+    from evo.triton_call import from_triton_call as from_call
+
+    return from_call(fn, grid, *args, **kwargs)
 
 
 def measure(spec_or_name, genome=None, *, backend: str = "auto", store: str | Path | None = None,

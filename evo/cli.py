@@ -332,6 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kernel", metavar="KERNEL", help="a kernel of that run (evo show RUN lists them)")
     p.add_argument("-o", "--out", type=Path, metavar="DIR",
                    help="folder to write into (default: RUN/export/KERNEL)")
+    p.add_argument("--triton-dump", type=Path, metavar="DIR",
+                   help="a Triton kernel: the TRITON_DUMP_DIR of a run of your program with "
+                        "TRITON_KERNEL_DUMP=1; writes an override folder so that Triton "
+                        "launches the evolved PTX (TRITON_KERNEL_OVERRIDE=1)")
     p.set_defaults(func=_export)
 
     p = command("plot", "write fitness curves (plots/<kernel>.png) and a speedup summary "

@@ -13,8 +13,10 @@ Writes, into ``RUN/export/KERNEL/`` (or ``-o DIR``):
 The grid is the one that covers the spec's sizes: a genome that changed the block size or
 made each thread handle more elements (``block``, ``coarsen``) shrank it for those sizes,
 and the launch file shows the baseline's launch beside it so a caller with other sizes
-can scale it. For a Triton kernel, the loader replaces the Triton call: the spec's
-parameter list holds Triton's extra scratch parameters, which the loader passes too.
+can scale it. For a Triton kernel, the loader replaces the Triton call (the spec's
+parameter list holds Triton's extra scratch parameters, which the loader passes too), or,
+with ``--triton-dump``, Triton itself launches the evolved PTX in place of its own
+(``triton_override``).
 """
 
 from __future__ import annotations
@@ -95,8 +97,10 @@ def find_spec(run: RunDir, kernel: str):
                    f"{', '.join(s.name for s in specs)})")
 
 
-def export_kernel(run_path: Path, kernel: str, out: Path | None = None) -> list[Path]:
-    """Write the export files of ``kernel``'s best variant (module docstring); return them."""
+def export_kernel(run_path: Path, kernel: str, out: Path | None = None,
+                  triton_dump: Path | None = None) -> list[Path]:
+    """Write the export files of ``kernel``'s best variant (module docstring); with
+    ``triton_dump``, also its Triton override (``triton_override``); return the files."""
     from evo.report import results_from_checkpoint, speedup
     from harness.compile import compile_ptx
 
@@ -144,12 +148,47 @@ def export_kernel(run_path: Path, kernel: str, out: Path | None = None) -> list[
     for name, content in files.items():
         write_atomic(folder / name, content)
         written.append(folder / name)
+    if triton_dump is not None:
+        written.append(triton_override(folder, spec, ptx, launch, triton_dump))
     return written
+
+
+def triton_override(folder: Path, spec, ptx: str, launch: dict, dump: Path) -> Path:
+    """``folder/triton_override/<hash>/<entry>.ptx``: the evolved PTX where Triton looks for
+    a replacement of the kernel's PTX (``TRITON_KERNEL_OVERRIDE=1``,
+    ``TRITON_OVERRIDE_DIR``). ``dump`` is a ``TRITON_KERNEL_DUMP`` folder of the user's
+    program: the kernel is the dumped PTX equal to the spec's baseline, and ``<hash>`` its
+    folder, Triton's key for the kernel. Triton launches with its own grid, block and ptxas
+    options, so a genome that changed the launch or carries ptxas options cannot go there."""
+    from genomes.ptxas_flags import flags_in
+
+    if [list(launch["grid"]), list(launch["block"])] != [list(spec.grid), list(spec.block)]:
+        raise EvoError(f"{spec.name}: the best genome changed the launch, which Triton "
+                       "chooses itself; use load_*.py in place of the Triton call")
+    if flags_in(ptx):
+        raise EvoError(f"{spec.name}: the best genome sets ptxas options "
+                       f"({' '.join(flags_in(ptx))}) that Triton's own ptxas call would "
+                       "drop; use load_*.py in place of the Triton call")
+    baseline = spec.ptx_path.read_text()
+    found = [p for p in sorted(Path(dump).glob(f"*/{spec.entry}.ptx"))
+             if p.read_text() == baseline]
+    if not found:
+        raise EvoError(f"{dump}: no dumped {spec.entry}.ptx equal to {spec.name}'s baseline "
+                       "PTX (run the program with TRITON_KERNEL_DUMP=1 TRITON_DUMP_DIR="
+                       f"{dump}, with the Triton version and arguments the spec came from)")
+    target = folder / "triton_override" / found[0].parent.name / f"{spec.entry}.ptx"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, ptx)
+    return target
 
 
 def cmd_export(args) -> int:
     from evo import exit_codes
 
-    for path in export_kernel(args.run, args.kernel, args.out):
+    written = export_kernel(args.run, args.kernel, args.out, args.triton_dump)
+    for path in written:
         print(f"wrote {path}")
+    if args.triton_dump:  # the override file comes last: <folder>/triton_override/<hash>/
+        print(f"run the program with TRITON_KERNEL_OVERRIDE=1 TRITON_ALWAYS_COMPILE=1 "
+              f"TRITON_OVERRIDE_DIR={written[-1].parents[1]} to launch the evolved PTX")
     return exit_codes.OK

@@ -96,3 +96,33 @@ def test_the_exported_loader_runs_the_evolved_kernel(tmp_path):
     assert bool(cp.all(y == cp.maximum(x, 0)))
     with pytest.raises(TypeError, match="takes 3 arguments"):
         loader.launch(x, y)
+
+
+@needs_ptxas
+def test_triton_override_finds_the_dumped_kernel_and_refuses_what_triton_cannot_run(tmp_path):
+    from evo.export import export_kernel
+    from evo.rundir import RunDir
+    from genomes.errors import EvoError
+
+    run, _ = _run_with_best(tmp_path)  # best: a launch-changing genome
+    spec = find_kernel("relu")
+    dump = tmp_path / "dump"
+    for key, text in (("AAAA", "// another kernel\n"), ("BBBB", spec.ptx_path.read_text())):
+        (dump / key).mkdir(parents=True)
+        (dump / key / "relu.ptx").write_text(text)
+    with pytest.raises(EvoError, match="changed the launch"):
+        export_kernel(run, "relu", triton_dump=dump)
+    for genome, why in (("ptxas_opt(level=1),cache_ld(policy=cs)", "ptxas options"),
+                        ("cache_ld(policy=cs)", None)):
+        applied = apply_genome(spec.ptx_text(), parse_inline(genome), spec.launch)
+        RunDir.open(run).write_best("relu", applied.ptx, parse_inline(genome).to_json(),
+                                    applied.launch.to_json())
+        if why:
+            with pytest.raises(EvoError, match=why):
+                export_kernel(run, "relu", triton_dump=dump)
+            continue
+        override = export_kernel(run, "relu", triton_dump=dump)[-1]
+        assert override == run / "export" / "relu" / "triton_override" / "BBBB" / "relu.ptx"
+        assert override.read_text() == applied.ptx
+    with pytest.raises(EvoError, match="no dumped relu.ptx"):
+        export_kernel(run, "relu", triton_dump=tmp_path / "empty")
