@@ -119,3 +119,24 @@ def test_local_workers_spread_over_the_gpus():
     assert [gpu_of_worker(i, 2) for i in range(4)] == [0, 1, 0, 1]
     assert gpu_of_worker("tcp://10.0.0.1:40000", 2) == 0  # started by hand: its own GPU 0
     assert gpu_of_worker(3, 1) == 0
+
+
+def _start_a_child() -> int:
+    """What the gpu backend does on a worker: measure in a child process of its own."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(target=int)
+    child.start()
+    child.join()
+    return child.exitcode
+
+
+def test_local_workers_may_start_child_processes():
+    from harness.backends.cluster import _client_for
+
+    client, cluster = _client_for("local:1")
+    try:
+        assert client.submit(_start_a_child, pure=False).result(timeout=120) == 0
+    finally:
+        client.close()
+        cluster.close()

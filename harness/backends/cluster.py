@@ -51,6 +51,13 @@ def _client_for(address: str):
         if count and not (count.isdigit() and int(count) > 0):
             raise EvoError(f"--cluster {address!r}: write local or local:N, N a positive number "
                            "of worker processes")
+        # A GPU worker runs the GPU backend, which measures in a child process of its own
+        # (crash isolation): Dask's worker processes are daemons unless told otherwise,
+        # and a daemon may not have children. Set for this process, so that a worker the
+        # nanny restarts after a crash gets it too.
+        import dask
+
+        dask.config.set({"distributed.worker.daemon": False})
         # One thread per worker: a worker measures one candidate at a time, as a GPU must.
         cluster = LocalCluster(n_workers=int(count) if count else _local_workers(),
                                threads_per_worker=1, processes=True, dashboard_address=None)
@@ -152,8 +159,10 @@ class ClusterBackend(Backend):
             devices = self.client.run(worker_device, kind, self.options)
         except Exception as err:
             self.close()
+            hint = ("; start workers with DASK_DISTRIBUTED__WORKER__DAEMON=False (the gpu "
+                    "backend measures in a child process)") if "daemonic" in str(err) else ""
             raise EvoError(f"--cluster {address}: a worker could not start its {kind} "
-                           f"backend: {type(err).__name__}: {err}") from None
+                           f"backend: {type(err).__name__}: {err}{hint}") from None
         if not devices:
             self.close()
             raise EvoError(f"--cluster {address}: the cluster has no workers")
