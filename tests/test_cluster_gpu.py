@@ -1,0 +1,43 @@
+"""The cluster backend with gpu workers (GPU machine, Dask carried as wheels): a local
+cluster's workers measure on the GPU, and one killed while a batch is in flight loses
+nothing (its candidates are measured by the other worker, the run goes on)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import time
+
+import pytest
+
+from genomes.genome import parse_inline
+from harness.backends import make_backend
+from harness.evaluate import Evaluator
+from harness.store import Store
+from harness.suite import find_kernel
+
+pytestmark = pytest.mark.gpu
+pytest.importorskip("distributed")
+
+GENOMES = ["coarsen(k=2)", "coarsen(k=4)", "coarsen(k=8)", "block(threads=128)",
+           "block(threads=512)", "ptxas_opt(level=1)", "cache_ld(policy=cs)",
+           "ld_evict(priority=evict_first)"]
+
+
+def test_gpu_workers_measure_and_a_worker_killed_mid_batch_loses_nothing():
+    spec = find_kernel("relu")
+    genomes = [parse_inline(g) for g in GENOMES]
+    with make_backend("gpu", cluster="local:2") as cluster, Store(":memory:") as store:
+        assert cluster.kind == "gpu" and cluster.offers()["workers"] == 2
+        evaluator = Evaluator(cluster, store)
+        pids = list(cluster.client.run(os.getpid).values())
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            batch = pool.submit(evaluator.evaluate, spec, genomes)
+            time.sleep(3)  # the batch is under way on both workers
+            os.kill(pids[0], signal.SIGKILL)
+            got = batch.result(timeout=400)
+        assert cluster.lost_workers >= 1 and "lost" in cluster.describe()
+    assert len(got) == len(genomes)
+    assert all(m.valid and m.timer == "events" for m in got), [m.reason for m in got]
+    assert evaluator.stats.measured <= len(genomes) + 1  # once each (and the baseline)
