@@ -326,6 +326,26 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(p)
     p.set_defaults(func=commands.cmd_show)
 
+    p = command("prompt", "print the exact messages evo would send the LLM for KERNEL now "
+                          "(no call is made)")
+    p.add_argument("kernel", metavar="KERNEL", help="a suite name or a spec (.toml)")
+    p.add_argument("--run", type=Path, metavar="RUN",
+                   help="as in this run: its [llm] config, the kernel's results so far, its "
+                        "best genome as the parent and the LLM's history (default: a fresh "
+                        "search, nothing measured)")
+    p.add_argument("--config", type=Path, default=None,
+                   help="without --run: config file (default ./evo.toml if present, else "
+                        "built-in defaults)")
+    p.add_argument("--genome", metavar="GENOME", help="the parent (default: the run's best, "
+                                                        "else the baseline)")
+    p.add_argument("--mode", choices=("full", "explore"), default="full",
+                   help="full context, or explore mode's little context and bold request "
+                        "([llm] explore) (default: full)")
+    p.add_argument("--other", metavar="GENOME",
+                   help="a second parent: the crossover prompt ([llm] crossover)")
+    _json_flag(p)
+    p.set_defaults(func=_prompt)
+
     p = command("export", "write a run's best variant of a kernel for use in a program: "
                           "PTX, cubin, launch shape and a CuPy loader (load_KERNEL.py)")
     p.add_argument("run", type=Path, metavar="RUN", help="a run folder (runs/<name>)")
@@ -347,6 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(default: the first 4)")
     p.set_defaults(func=commands.cmd_plot)
     return parser
+
+
+def _prompt(args) -> int:
+    from evo.llm.preview import cmd_prompt
+
+    return cmd_prompt(args)
 
 
 def _export(args) -> int:

@@ -146,6 +146,13 @@ class LlmConfig:
     history_chars: int = _opt(3000, lo=0, hi=100000,
                               doc="characters of the mutate prompt that quote the kernel's "
                                   "earlier LLM patches and their outcomes (0 = none)")
+    explore: float = _opt(0.0, lo=0.0, hi=1.0,
+                          doc="share of LLM mutations asked in explore mode: little context "
+                              "(no top variants, gene effects or history) and a request for "
+                              "a bold structural change (0 = always the full context)")
+    crossover: float = _opt(0.0, lo=0.0, hi=1.0,
+                            doc="share of LLM calls that show two parents and ask for a patch "
+                                "combining their ideas (0 = none)")
     context_chars: int = _opt(6000, lo=0, hi=100000,
                               doc="characters of the mutate prompt for the top variants, "
                                   "per-gene effects and what the transform genes do (0 = none)")

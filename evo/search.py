@@ -112,21 +112,12 @@ class KernelSearch:
         return [_measurement(self.kernel, self.known[k]) if k in self.known
                 else Measurement(self.kernel, "", False, "over budget") for k in keys]
 
-    def llm_mutate(self, genome: Genome) -> Genome | None:
-        """``genome`` plus one LLM-written patch gene that applies and assembles, or None."""
-        from evo.llm.mutation import SearchView
-
-        view = SearchView(baseline=self._known_measurement(Genome()),
-                          current=self._known_measurement(genome),
-                          recent_failures=[f"{Genome.from_json(json.loads(k))}: {s['reason']}"
-                                           for k, s in self.known.items() if not s["valid"]][-8:],
-                          known=self.known)
-        valid = [(s["cycles"], k) for k, s in self.known.items() if s["valid"] and s["cycles"]]
-        if valid:
-            best_key = min(valid)[1]
-            view.best_genome = Genome.from_json(json.loads(best_key))
-            view.best = _measurement(self.kernel, self.known[best_key])
-        child = self.llm.propose(self.spec, genome, view)
+    def llm_mutate(self, genome: Genome, mode: str = "full",
+                   other: Genome | None = None) -> Genome | None:
+        """``genome`` plus one LLM-written patch gene that applies and assembles, or None
+        (``mode`` "explore" asks with little context; ``other``: a crossover with it)."""
+        view = search_view(self.kernel, self.known, genome)
+        child = self.llm.propose(self.spec, genome, view, mode, other)
         if child is not None:
             parent = self._known_measurement(genome)
             self.pending_patches[_key(child)] = (child.genes[-1],
@@ -159,6 +150,28 @@ def _applicable(ptx: str, launch) -> tuple:
     from genomes.variation import applicable, gene_alphabet
 
     return tuple(applicable(gene_alphabet(), ptx, launch))
+
+
+def search_view(kernel: str, known: dict, genome: Genome):
+    """What an LLM prompt shows of a search (``evo.llm.mutation.SearchView``), from its
+    results so far (``known``: effective genome key -> summary) for a child of ``genome``:
+    the baseline, ``genome`` itself and the best, where measured, and recent failures."""
+    from evo.llm.mutation import SearchView
+
+    def measured(g: Genome) -> Measurement | None:
+        summary = known.get(_key(g))
+        return _measurement(kernel, summary) if summary else None
+
+    view = SearchView(baseline=measured(Genome()), current=measured(genome),
+                      recent_failures=[f"{Genome.from_json(json.loads(k))}: {s['reason']}"
+                                       for k, s in known.items() if not s["valid"]][-8:],
+                      known=known)
+    valid = [(s["cycles"], k) for k, s in known.items() if s["valid"] and s["cycles"]]
+    if valid:
+        best_key = min(valid)[1]
+        view.best_genome = Genome.from_json(json.loads(best_key))
+        view.best = _measurement(kernel, known[best_key])
+    return view
 
 
 def _key(genome: Genome) -> str:

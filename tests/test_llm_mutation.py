@@ -192,3 +192,54 @@ def _cfg_with_key_var(tmp_path):
     path = tmp_path / "k.toml"
     path.write_text('[llm]\napi_key_env = "EVO_NO_SUCH_KEY"\nbase_url = "http://127.0.0.1:9/v1"\n')
     return path
+
+
+@needs_ptxas
+def test_explore_mode_leaves_the_search_history_out(llm_server, tmp_path, monkeypatch):
+    llm_server.script([text(GOOD), text(GOOD)])
+    m = mutator(llm_server, tmp_path, monkeypatch)
+    m.history.add(KERNEL, "cache_ld(policy=cs)", "gate", "wrong result: 3 of 64 differ")
+    spec = find_kernel(KERNEL)
+    for mode in ("full", "explore"):
+        assert m.propose(spec, Genome(), SearchView(recent_failures=["vec_st: ptxas error"]),
+                         mode) is not None
+    full, explore = (r.body["messages"][-1]["content"] for r in llm_server.requests)
+    assert "wrong result: 3 of 64 differ" in full and "vec_st: ptxas error" in full
+    assert "Be bold" not in full
+    assert "wrong result" not in explore and "ptxas error" not in explore
+    assert "Be bold" in explore and "ld.global.f32" in explore  # the kernel is all there
+    assert m.counts["mode_full"] == 1 and m.counts["mode_explore"] == 1
+
+
+@needs_ptxas
+def test_crossover_prompt_shows_the_second_parent_and_patches_the_first(llm_server, tmp_path,
+                                                                       monkeypatch):
+    llm_server.script([text(GOOD)])
+    m = mutator(llm_server, tmp_path, monkeypatch)
+    first, second = parse_inline("maxnreg(n=64)"), parse_inline("vec_st(width=2)")
+    known = {second.effective().dumps(): {"valid": True, "cycles": 812.0, "timer": "static"}}
+    child = m.propose(find_kernel(KERNEL), first, SearchView(known=known), other=second)
+    assert child is not None and child.genes[:-1] == first.genes
+    assert isinstance(child.genes[-1], PatchGene)
+    user = llm_server.requests[0].body["messages"][-1]["content"]
+    assert "# The second parent: `vec_st(width=2)`" in user
+    assert "Measured: 812 cycles, static estimate." in user
+    assert "+\tst.global.v2.f32" in user  # its PTX, as a diff from the first parent's
+    assert m.counts["crossover"] == 1 and m.stats()["crossover"] == 1
+
+
+@needs_ptxas
+def test_a_run_with_llm_crossover_sends_crossover_prompts(llm_server, tmp_path, monkeypatch):
+    from evo.cli import main
+
+    monkeypatch.setenv("EVO_TEST_KEY", KEY)
+    monkeypatch.chdir(tmp_path)
+    llm_server.default = fake.text(SHIFTED)
+    config = write_config(tmp_path, llm_server)
+    with open(config, "a") as f:
+        f.write("crossover = 1.0\n")
+    assert main(["run", "--config", config, "--generations", "2", "--out", "run", "-q"]) == 0
+    prompts = [r.body["messages"][-1]["content"] for r in llm_server.requests]
+    assert prompts and all("# The second parent:" in p for p in prompts)
+    assert json.loads((tmp_path / "run" / "checkpoint.json").read_text())["llm"]["crossover"] \
+        == len(prompts)

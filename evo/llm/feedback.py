@@ -67,6 +67,7 @@ class MutateContext:
     methods: list  # [{label, attempts, successes, mean_gain, gain_text}]
     search: dict  # evo.llm.context.search_context: top variants, gene effects, transforms
     static: bool  # True when any cycle figure is a static estimate
+    mode: str = "full"  # or "explore": the mutator left the search's history out
 
 
 def build_mutate_context(spec: KernelSpec, genome: Genome, baseline: Measurement | None,

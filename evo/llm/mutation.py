@@ -17,6 +17,7 @@ faster) also goes into the kernel's ``PatchHistory``, which the next mutate prom
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections import Counter
@@ -36,6 +37,7 @@ from evo.llm.history import PatchHistory
 from evo.llm.prompts import PromptSet
 
 STAGES = ("proposed", "applied", "assembled", "correct", "faster")
+KINDS_ASKED = ("mode_full", "mode_explore", "crossover")  # what each call asked for
 METHODS_SNAPSHOT = 32  # catalogue rows kept from the store when the run starts
 _METHOD_RE = re.compile(r"^\W*METHOD\W*:\s*(.+)$", re.I | re.M)
 _RATIONALE_RE = re.compile(r"^\W*RATIONALE\W*:\s*(.+)$", re.I | re.M)
@@ -84,19 +86,38 @@ class LlmMutator:
         """Fail early (one clear line) when the LLM cannot be used: no key, no openai."""
         self.client.check()
 
-    def propose(self, spec: KernelSpec, genome: Genome, view: SearchView) -> Genome | None:
-        """The genome with one LLM-written patch gene appended, or None."""
-        methods = self._methods()
-        history, left_out = self.history.lines(spec.name, self.history_chars)
+    def messages(self, spec: KernelSpec, genome: Genome, view: SearchView,
+                 mode: str = "full", other: Genome | None = None) -> list[dict]:
+        """The chat messages asking for one patch to ``genome``: the mutate prompt with the
+        full context, or in ``mode`` "explore" with little of it (no top variants, gene
+        effects, failures, history or methods: room for a bold change); with ``other``, the
+        crossover prompt, which adds the second parent (its genome, figures and PTX diff)."""
+        explore = mode == "explore"
+        history, left_out = ([], 0) if explore else \
+            self.history.lines(spec.name, self.history_chars)
         quoted = self.history.genomes(spec.name)  # failures the history tells already
-        failures = [f for f in view.recent_failures
-                    if not any(f.startswith(f"{g}: ") for g in quoted)]
+        failures = [] if explore else [f for f in view.recent_failures
+                                       if not any(f.startswith(f"{g}: ") for g in quoted)]
         context = build_mutate_context(spec, genome, view.baseline, view.current,
-                                       view.best_genome, None, failures, methods,
+                                       view.best_genome, None, failures,
+                                       [] if explore else self._methods(),
                                        best=view.best, arch=self.arch, history=history,
-                                       history_left_out=left_out, known=view.known,
+                                       history_left_out=left_out,
+                                       known={} if explore else view.known,
                                        context_chars=self.context_chars)
-        reply = self.client.complete(self.prompts.messages("mutate", context), "mutate")
+        context["mode"] = mode
+        if other is None:
+            return self.prompts.messages("mutate", context)
+        context["other"] = second_parent(spec, genome, other, view.known)
+        return self.prompts.messages("crossover", context)
+
+    def propose(self, spec: KernelSpec, genome: Genome, view: SearchView,
+                mode: str = "full", other: Genome | None = None) -> Genome | None:
+        """The genome with one LLM-written patch gene appended, or None (``mode`` and
+        ``other``: see ``messages``)."""
+        purpose = "crossover" if other is not None else "mutate"
+        self.counts[purpose if other is not None else f"mode_{mode}"] += 1  # KINDS_ASKED
+        reply = self.client.complete(self.messages(spec, genome, view, mode, other), purpose)
         gene = _patch_gene(reply.text) if reply.ok else None
         if gene is None:
             self.counts["no_patch" if reply.ok else "call_failed"] += 1
@@ -167,7 +188,8 @@ class LlmMutator:
         """The checkpoint's ``llm``: counters and patch stages, and in ``state`` what a
         resumed run needs (draw counts, the patch history, the method catalogue)."""
         out = {**self.client.stats(), **{k: self.counts[k] for k in
-                                         (*STAGES, "repairs", "no_patch", "call_failed")}}
+                                         (*STAGES, *KINDS_ASKED, "repairs", "no_patch",
+                                          "call_failed")}}
         out["state"] = {**out["state"], "history": self.history.to_json(),
                         "methods": {"base": self.methods_base,
                                     "own": {k: list(v) for k, v in
@@ -177,7 +199,7 @@ class LlmMutator:
     def restore(self, data: dict) -> None:
         """Continue from a checkpoint (client counters and draws, stages, history)."""
         self.client.restore_stats(data)
-        for k in (*STAGES, "repairs", "no_patch", "call_failed"):
+        for k in (*STAGES, *KINDS_ASKED, "repairs", "no_patch", "call_failed"):
             self.counts[k] = data.get(k, 0)
         state = data.get("state") if isinstance(data.get("state"), dict) else {}
         self.history.restore(state.get("history"))
@@ -198,6 +220,29 @@ class LlmMutator:
             row[0], row[1], row[2] = row[0] + attempts, row[1] + successes, row[2] + gain_sum
         return [{"label": k, "attempts": a, "successes": n, "mean_gain": g / n if n else 0.0}
                 for k, (a, n, g) in sorted(rows.items())]
+
+
+DIFF_LINES = 120  # of the second parent's PTX diff in a crossover prompt
+
+
+def second_parent(spec: KernelSpec, first: Genome, other: Genome, known: dict) -> dict:
+    """The crossover prompt's ``other``: the second parent's genome, its figures (from the
+    search's results, where measured) and its PTX as a unified diff from the first's."""
+    from evo.llm import context as search_facts
+
+    summary = search_facts.summary_of(known, other)
+    if summary and summary.get("valid") and summary.get("cycles"):
+        static = ", static estimate" if summary.get("timer") == "static" else ""
+        cycles = f"Measured: {summary['cycles']:.0f} cycles{static}."
+    else:
+        cycles = "Not measured yet."
+    ptx = spec.ptx_text()
+    mine = apply_genome(ptx, first, spec.launch).ptx.splitlines()
+    theirs = apply_genome(ptx, other, spec.launch).ptx.splitlines()
+    diff = list(difflib.unified_diff(mine, theirs, "current.ptx", "second.ptx", n=2,
+                                     lineterm=""))[2:]
+    return {"genome": str(other), "cycles": cycles, "diff": "\n".join(diff[:DIFF_LINES]),
+            "diff_left_out": max(0, len(diff) - DIFF_LINES)}
 
 
 def _versus(result: Measurement, parent_fitness: float) -> str:

@@ -1,7 +1,7 @@
 """Prompt templates: Jinja2 files rendered strictly into chat messages for the LLM.
 
 Templates live in the repo's ``prompts/`` folder (``system.j2``, ``mutate.j2``,
-``repair.j2``). A user's ``[llm] prompt_dir`` is searched first, so one file placed
+``crossover.j2`` and ``repair.j2``; mutate and crossover share ``kernel_context.j2``). A user's ``[llm] prompt_dir`` is searched first, so one file placed
 there overrides the built-in of the same name and the others still come from
 ``prompts/``.
 
@@ -30,7 +30,7 @@ def _builtin_dir() -> Path:
 BUILTIN_DIR = _builtin_dir()
 
 #: Kinds of user message that ``PromptSet.messages`` can build, one template each.
-KINDS = ("mutate", "repair")
+KINDS = ("mutate", "crossover", "repair")
 
 
 class PromptError(EvoError):
@@ -86,7 +86,7 @@ class PromptSet:
             raise PromptError(f"prompt template {_where(err, name)}: {err.message}") from None
 
     def messages(self, kind: str, context: dict) -> list[dict]:
-        """``[system, user]`` chat messages for ``kind`` ("mutate" or "repair").
+        """``[system, user]`` chat messages for ``kind`` (one of ``KINDS``).
 
         Both templates get the same context, so that a user's system prompt may also
         mention the kernel.

@@ -7,7 +7,9 @@ Generation 1 evaluates the initial population: the baseline (the empty genome) a
 2. fill the rest by tournament selection (size ``tournament``) of parents;
 3. pair them and, with probability ``cxpb``, cross each pair over (one-point or uniform,
    half and half); then, with probability ``[llm] rate``, ask the LLM for a PTX patch
-   gene (when it has none to offer, or otherwise) mutate each child with probability
+   gene (``evo.llm``: a crossover with another child for a share ``[llm] crossover`` of
+   those calls, an explore-mode prompt for a share ``[llm] explore`` of the rest); when
+   it has none to offer, or otherwise, mutate each child with probability
    ``mutpb`` (insert, delete, replace, swap or re-parameterize a gene). Children equal
    to a genome already evaluated are mutated again (a few tries), so the budget goes to
    new genomes;
@@ -253,18 +255,31 @@ def _vary(parents: list[Individual], tb: base.Toolbox, search) -> list[Individua
         if rng.random() < cfg.cxpb:
             offspring[i - 1], offspring[i] = tb.mate(offspring[i - 1], offspring[i])
     children: list[Individual] = []
-    llm_rate = search.config.llm.rate
-    for child in offspring:
-        # The LLM draw happens only when the LLM is on, so LLM-free runs keep their
-        # random stream; an LLM that proposes nothing usable falls back to mutate().
-        by_llm = llm_rate > 0 and search.llm is not None and rng.random() < llm_rate
-        patched = search.llm_mutate(child.genome) if by_llm else None
+    llm = search.config.llm
+    for i, child in enumerate(offspring):
+        # The LLM draws happen only when the LLM (and each of its options) is on, so other
+        # runs keep their random stream; an LLM that proposes nothing usable falls back
+        # to mutate().
+        by_llm = llm.rate > 0 and search.llm is not None and rng.random() < llm.rate
+        patched = _llm_child(child, offspring[:i] + offspring[i + 1:], rng, search) \
+            if by_llm else None
         if patched is not None:
             child = Individual(patched)
         elif rng.random() < cfg.mutpb:
             child, = tb.mutate(child)
         children.append(_novel(child, [c.genome for c in children], search, tb))
     return children
+
+
+def _llm_child(child: Individual, others: list[Individual], rng, search):
+    """The LLM's child: a crossover with another offspring (share ``[llm] crossover``),
+    else a mutation, in explore mode for a share ``[llm] explore`` of them."""
+    llm = search.config.llm
+    mates = [o.genome for o in others if o.genome != child.genome]
+    if llm.crossover > 0 and mates and rng.random() < llm.crossover:
+        return search.llm_mutate(child.genome, other=rng.choice(mates))
+    explore = llm.explore > 0 and rng.random() < llm.explore
+    return search.llm_mutate(child.genome, "explore" if explore else "full")
 
 
 def finished(state: dict, search) -> bool:
