@@ -237,3 +237,32 @@ def test_coarsened_code_writes_each_register_once_even_where_the_body_reuses_one
     base = first.address().base
     defining = [i for i in fn.instructions() if base in i.defs()]
     assert [i.opcode for i in defining] == ["add.s64"]
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "cross_entropy"])
+def test_threads_changes_the_block_and_keeps_the_grid_and_the_ptx(name):
+    spec = find_kernel(name)
+    applied = _apply(spec, "threads(threads=128)")
+    assert applied.outcomes[0].status == "applied"
+    assert applied.launch.grid == spec.launch.grid and applied.launch.block == (128, 1, 1)
+    assert applied.ptx == spec.ptx_text()
+
+
+@pytest.mark.parametrize("name,genome,why", [
+    ("relu", "threads(threads=128)", "ctaid.x * ntid.x"),  # block(n) is the gene there
+    ("scan_inclusive", "threads(threads=128)", "ctaid.x * ntid.x"),
+    ("reduce_sum", "threads(threads=128)", "never reads %ntid.x"),
+    ("softmax", "threads(threads=512)", "only fewer threads"),  # shared memory
+    ("triton_softmax", "threads(threads=64)", "never reads %ntid.x"),
+    ("transpose", "threads(threads=64)", "not one-dimensional"),
+    ("softmax", "threads(threads=256)", "already has 256")])
+def test_threads_is_a_no_op_where_the_split_does_not_follow_the_block(name, genome, why):
+    outcome = _apply(find_kernel(name), genome).outcomes[0]
+    assert outcome.status == "no-op" and why in outcome.detail, outcome
+
+
+def test_threads_and_block_are_one_group_the_last_wins():
+    spec = find_kernel("softmax")
+    applied = _apply(spec, "block(threads=512),threads(threads=64)")
+    assert [o.status for o in applied.outcomes] == ["replaced", "applied"]
+    assert applied.launch.block == (64, 1, 1)

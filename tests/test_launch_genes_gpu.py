@@ -78,3 +78,19 @@ def test_coarsened_relu_is_faster(evaluator):
     base, coarse = evaluator.evaluate(spec, [Genome(), parse_inline("coarsen(k=4)")])
     assert base.valid and coarse.valid, coarse.reason
     assert coarse.cycles < 0.95 * base.cycles, (base.cycles, coarse.cycles)
+
+
+@pytest.mark.parametrize("name,genomes", [
+    ("softmax", ["threads(threads=128)", "threads(threads=64)"]),
+    ("layernorm", ["threads(threads=128)", "threads(threads=64)"]),
+    ("cross_entropy", ["threads(threads=128)"]),
+    ("attention", ["threads(threads=64)"])])
+def test_threads_variants_of_block_size_general_kernels_pass_the_gate(evaluator, name, genomes):
+    """threads(n) is checked by the gate, not by construction: these kernels split their
+    rows by blockDim and reduce over blockDim/32 warps, so they must pass."""
+    spec = find_kernel(name)
+    results = evaluator.evaluate(spec, [Genome()] + [parse_inline(g) for g in genomes])
+    assert results[0].valid, results[0].reason
+    for genome, m in zip(genomes, results[1:]):
+        assert m.valid, f"{name} {genome}: {m.reason}"
+        print(f"{name} {genome}: {results[0].cycles:.0f} -> {m.cycles:.0f} cycles")
