@@ -1,5 +1,5 @@
-"""Launch genes on a real GPU: coarsened and re-blocked variants pass the correctness gate
-(suite kernels and kernels the genes were not written for), a launch that misses
+"""Launch genes on a real GPU: coarsened, re-blocked and re-threaded variants pass the
+correctness gate (suite kernels and kernels the genes were not written for), a launch that misses
 elements is rejected, and coarsening relu makes it faster.
 
 Run with ``python3 -m pytest -m gpu -x -q`` on a machine with an NVIDIA GPU and CuPy.
@@ -28,7 +28,7 @@ KERNELS = ["relu", "gelu", "saxpy", "batchnorm_infer", "embedding_gather",
            *(str(p) for p in sorted(UNSEEN.glob("*.toml")))]
 GENOMES = ["coarsen(k=4)", "coarsen(k=2)", "coarsen(k=8)", "coarsen(k=4,form=strided)",
            "coarsen(k=8,form=strided)", "block(threads=128)", "block(threads=1024)",
-           "coarsen(k=4),block(threads=512)"]
+           "coarsen(k=4),block(threads=512)", "threads(threads=128)", "threads(threads=64)"]
 
 
 def _spec(name: str):
