@@ -83,8 +83,7 @@ def test_coarsened_relu_is_faster(evaluator):
 @pytest.mark.parametrize("name,genomes", [
     ("softmax", ["threads(threads=128)", "threads(threads=64)"]),
     ("layernorm", ["threads(threads=128)", "threads(threads=64)"]),
-    ("cross_entropy", ["threads(threads=128)"]),
-    ("attention", ["threads(threads=64)"])])
+    ("cross_entropy", ["threads(threads=128)"])])
 def test_threads_variants_of_block_size_general_kernels_pass_the_gate(evaluator, name, genomes):
     """threads(n) is checked by the gate, not by construction: these kernels split their
     rows by blockDim and reduce over blockDim/32 warps, so they must pass."""
@@ -94,3 +93,13 @@ def test_threads_variants_of_block_size_general_kernels_pass_the_gate(evaluator,
     for genome, m in zip(genomes, results[1:]):
         assert m.valid, f"{name} {genome}: {m.reason}"
         print(f"{name} {genome}: {results[0].cycles:.0f} -> {m.cycles:.0f} cycles")
+
+
+def test_threads_on_a_kernel_that_is_not_general_in_blockdim_is_rejected(evaluator):
+    """attention reads blockDim but its head dimension is tied to its 128 threads: with 64
+    the PTX checks pass and the gate must (and on the H100 did) reject the variant."""
+    spec = find_kernel("attention")
+    base, m = evaluator.evaluate(spec, [Genome(), parse_inline("threads(threads=64)")])
+    assert base.valid, base.reason
+    assert m.notes["genes"][0]["status"] == "applied"
+    assert not m.valid and m.reason.startswith(record.WRONG), m.reason
