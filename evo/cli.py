@@ -343,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "([llm] explore) (default: full)")
     p.add_argument("--other", metavar="GENOME",
                    help="a second parent: the crossover prompt ([llm] crossover)")
+    p.add_argument("--ncu", action="store_true",
+                   help="profile the parent with Nsight Compute first and quote it, as "
+                        "[llm] ncu_every does in a run (a GPU machine with ncu)")
     _json_flag(p)
     p.set_defaults(func=_prompt)
 

@@ -153,6 +153,11 @@ class LlmConfig:
     crossover: float = _opt(0.0, lo=0.0, hi=1.0,
                             doc="share of LLM calls that show two parents and ask for a patch "
                                 "combining their ideas (0 = none)")
+    ncu_every: int = _opt(0, lo=0, hi=1000,
+                          doc="on a GPU machine with Nsight Compute: profile the kernel's "
+                              "current best with ncu before every Nth LLM call on it and "
+                              "quote throughput, hit rates, occupancy and top stalls in the "
+                              "prompt (0 = never)")
     context_chars: int = _opt(6000, lo=0, hi=100000,
                               doc="characters of the mutate prompt for the top variants, "
                                   "per-gene effects and what the transform genes do (0 = none)")

@@ -68,6 +68,7 @@ class MutateContext:
     search: dict  # evo.llm.context.search_context: top variants, gene effects, transforms
     static: bool  # True when any cycle figure is a static estimate
     mode: str = "full"  # or "explore": the mutator left the search's history out
+    ncu: dict | None = None  # harness.ncu.profile of a variant, with its "genome" (or None)
 
 
 def build_mutate_context(spec: KernelSpec, genome: Genome, baseline: Measurement | None,

@@ -75,6 +75,11 @@ class LlmMutator:
         self.context_chars = config.context_chars
         self.counts: Counter = Counter()
         self.history = PatchHistory()
+        # Nsight Compute figures quoted in the prompts, per kernel (harness.ncu.profile of
+        # its best so far, refreshed before every [llm] ncu_every-th call on the kernel)
+        self.ncu_every = config.ncu_every
+        self.ncu: dict[str, dict] = {}
+        self.asked: Counter = Counter()  # LLM calls per kernel
         # The catalogue the prompts show: the store's as the run found it, plus this run's
         # own tallies (label -> [attempts, successes, gain sum]). Both are checkpointed, so a
         # resumed run shows what the interrupted one showed, whatever it wrote to the store
@@ -106,6 +111,7 @@ class LlmMutator:
                                        known={} if explore else view.known,
                                        context_chars=self.context_chars)
         context["mode"] = mode
+        context["ncu"] = self.ncu.get(spec.name)
         if other is None:
             return self.prompts.messages("mutate", context)
         context["other"] = second_parent(spec, genome, other, view.known)
@@ -117,6 +123,9 @@ class LlmMutator:
         ``other``: see ``messages``)."""
         purpose = "crossover" if other is not None else "mutate"
         self.counts[purpose if other is not None else f"mode_{mode}"] += 1  # KINDS_ASKED
+        if self.ncu_every and self.asked[spec.name] % self.ncu_every == 0:
+            self.profile(spec, view.best_genome or genome)
+        self.asked[spec.name] += 1
         reply = self.client.complete(self.messages(spec, genome, view, mode, other), purpose)
         gene = _patch_gene(reply.text) if reply.ok else None
         if gene is None:
@@ -141,6 +150,17 @@ class LlmMutator:
             if problem:
                 return None
         return child
+
+    def profile(self, spec: KernelSpec, genome: Genome) -> dict:
+        """Run the Nsight Compute pass on ``genome`` (``harness.ncu``); the next prompts for
+        the kernel quote it. A failure (no GPU, no ncu, no permission) is quoted as such."""
+        from harness.ncu import profile
+
+        applied = apply_genome(spec.ptx_text(), genome, spec.launch)
+        self.ncu[spec.name] = {"genome": str(genome),
+                               **profile(spec, applied.ptx, applied.launch)}
+        self.counts["ncu_passes"] += 1
+        return self.ncu[spec.name]
 
     def _check(self, spec, genome, gene) -> tuple[Genome, str | None, str, str | None]:
         """(child, problem or None, failing stage, patched PTX); counts what passed."""
@@ -190,7 +210,9 @@ class LlmMutator:
         out = {**self.client.stats(), **{k: self.counts[k] for k in
                                          (*STAGES, *KINDS_ASKED, "repairs", "no_patch",
                                           "call_failed")}}
+        out["ncu_passes"] = self.counts["ncu_passes"]
         out["state"] = {**out["state"], "history": self.history.to_json(),
+                        "ncu": dict(sorted(self.ncu.items())), "asked": dict(self.asked),
                         "methods": {"base": self.methods_base,
                                     "own": {k: list(v) for k, v in
                                             sorted(self.own_methods.items())}}}
@@ -203,6 +225,9 @@ class LlmMutator:
             self.counts[k] = data.get(k, 0)
         state = data.get("state") if isinstance(data.get("state"), dict) else {}
         self.history.restore(state.get("history"))
+        self.counts["ncu_passes"] = data.get("ncu_passes", 0)
+        self.ncu = {k: v for k, v in (state.get("ncu") or {}).items() if isinstance(v, dict)}
+        self.asked = Counter({k: int(v) for k, v in (state.get("asked") or {}).items()})
         methods = state.get("methods")
         if isinstance(methods, dict):  # older checkpoints have none: keep the fresh snapshot
             self.methods_base = [dict(m) for m in methods.get("base", []) if isinstance(m, dict)]

@@ -19,8 +19,9 @@ from genomes.genome import Genome, load_genome
 
 def prompt_messages(kernel: str, run: Path | None = None, config_path: Path | None = None,
                     genome: str | None = None, mode: str = "full",
-                    other: str | None = None) -> list[dict]:
-    """The chat messages (module docstring); ``other``: a second parent (crossover)."""
+                    other: str | None = None, ncu: bool = False) -> list[dict]:
+    """The chat messages (module docstring); ``other``: a second parent (crossover);
+    ``ncu``: run the Nsight Compute pass on the parent first (a GPU machine with ncu)."""
     from evo import config as config_mod
     from evo import strategies
     from evo.llm.mutation import LlmMutator
@@ -50,6 +51,8 @@ def prompt_messages(kernel: str, run: Path | None = None, config_path: Path | No
     if llm_state:
         mutator.restore(llm_state)
     view = search_view(spec.name, known, parent)
+    if ncu:
+        mutator.profile(spec, parent)
     return mutator.messages(spec, parent, view, mode, load_genome(other) if other else None)
 
 
@@ -57,7 +60,7 @@ def cmd_prompt(args) -> int:
     from evo import exit_codes
 
     messages = prompt_messages(args.kernel, args.run, args.config, args.genome, args.mode,
-                               args.other)
+                               args.other, args.ncu)
     if args.json:
         print(json.dumps(messages, indent=1))
         return exit_codes.OK
