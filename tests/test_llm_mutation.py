@@ -243,3 +243,20 @@ def test_a_run_with_llm_crossover_sends_crossover_prompts(llm_server, tmp_path, 
     assert prompts and all("# The second parent:" in p for p in prompts)
     assert json.loads((tmp_path / "run" / "checkpoint.json").read_text())["llm"]["crossover"] \
         == len(prompts)
+
+
+@needs_ptxas
+def test_lessons_the_llm_writes_come_back_in_its_next_prompts(llm_server, tmp_path,
+                                                              monkeypatch):
+    lesson = "LESSON: the A loads already hit L2; only fewer instructions help.\n"
+    llm_server.script([text(lesson + GOOD), text(GOOD)])
+    m = mutator(llm_server, tmp_path, monkeypatch)
+    propose(m)
+    propose(m)
+    first, second = (r.body["messages"][-1]["content"] for r in llm_server.requests)
+    assert "Lessons you wrote earlier" not in first
+    assert "the A loads already hit L2; only fewer instructions help." in second
+    again = mutator(llm_server, tmp_path, monkeypatch)
+    again.restore(m.stats())  # a resumed run quotes the same lessons
+    assert again.lessons == m.lessons == {KERNEL: [
+        "the A loads already hit L2; only fewer instructions help."]}

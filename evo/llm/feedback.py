@@ -23,7 +23,7 @@ import difflib
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from genomes.genome import GeneOutcome, Genome, PatchGene, apply_genome
@@ -69,6 +69,7 @@ class MutateContext:
     static: bool  # True when any cycle figure is a static estimate
     mode: str = "full"  # or "explore": the mutator left the search's history out
     ncu: dict | None = None  # harness.ncu.profile of a variant, with its "genome" (or None)
+    lessons: list = field(default_factory=list)  # the LLM's LESSON lines on this kernel
 
 
 def build_mutate_context(spec: KernelSpec, genome: Genome, baseline: Measurement | None,

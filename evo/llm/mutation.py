@@ -41,6 +41,8 @@ KINDS_ASKED = ("mode_full", "mode_explore", "crossover")  # what each call asked
 METHODS_SNAPSHOT = 32  # catalogue rows kept from the store when the run starts
 _METHOD_RE = re.compile(r"^\W*METHOD\W*:\s*(.+)$", re.I | re.M)
 _RATIONALE_RE = re.compile(r"^\W*RATIONALE\W*:\s*(.+)$", re.I | re.M)
+_LESSON_RE = re.compile(r"^\W*LESSON\W*:\s*(.+)$", re.I | re.M)
+LESSONS = 6  # per kernel, the newest; each at most 200 characters
 
 
 @dataclass
@@ -80,6 +82,7 @@ class LlmMutator:
         self.ncu_every = config.ncu_every
         self.ncu: dict[str, dict] = {}
         self.asked: Counter = Counter()  # LLM calls per kernel
+        self.lessons: dict[str, list[str]] = {}  # per kernel, newest first (LESSON lines)
         # The catalogue the prompts show: the store's as the run found it, plus this run's
         # own tallies (label -> [attempts, successes, gain sum]). Both are checkpointed, so a
         # resumed run shows what the interrupted one showed, whatever it wrote to the store
@@ -112,6 +115,7 @@ class LlmMutator:
                                        context_chars=self.context_chars)
         context["mode"] = mode
         context["ncu"] = self.ncu.get(spec.name)
+        context["lessons"] = [] if explore else list(self.lessons.get(spec.name, []))
         if other is None:
             return self.prompts.messages("mutate", context)
         context["other"] = second_parent(spec, genome, other, view.known)
@@ -127,6 +131,8 @@ class LlmMutator:
             self.profile(spec, view.best_genome or genome)
         self.asked[spec.name] += 1
         reply = self.client.complete(self.messages(spec, genome, view, mode, other), purpose)
+        if reply.ok:
+            self._learn(spec.name, reply.text)
         gene = _patch_gene(reply.text) if reply.ok else None
         if gene is None:
             self.counts["no_patch" if reply.ok else "call_failed"] += 1
@@ -150,6 +156,15 @@ class LlmMutator:
             if problem:
                 return None
         return child
+
+    def _learn(self, kernel: str, text: str) -> None:
+        """Keep the answer's LESSON line (the LLM's insight) for the kernel's next prompts."""
+        found = _LESSON_RE.search(text)
+        if not found:
+            return
+        lesson = found.group(1).strip()[:200]
+        kept = [x for x in self.lessons.get(kernel, []) if x != lesson]
+        self.lessons[kernel] = [lesson, *kept][:LESSONS]
 
     def profile(self, spec: KernelSpec, genome: Genome) -> dict:
         """Run the Nsight Compute pass on ``genome`` (``harness.ncu``); the next prompts for
@@ -213,6 +228,7 @@ class LlmMutator:
         out["ncu_passes"] = self.counts["ncu_passes"]
         out["state"] = {**out["state"], "history": self.history.to_json(),
                         "ncu": dict(sorted(self.ncu.items())), "asked": dict(self.asked),
+                        "lessons": dict(sorted(self.lessons.items())),
                         "methods": {"base": self.methods_base,
                                     "own": {k: list(v) for k, v in
                                             sorted(self.own_methods.items())}}}
@@ -228,6 +244,8 @@ class LlmMutator:
         self.counts["ncu_passes"] = data.get("ncu_passes", 0)
         self.ncu = {k: v for k, v in (state.get("ncu") or {}).items() if isinstance(v, dict)}
         self.asked = Counter({k: int(v) for k, v in (state.get("asked") or {}).items()})
+        self.lessons = {k: [str(x) for x in v][:LESSONS]
+                        for k, v in (state.get("lessons") or {}).items() if isinstance(v, list)}
         methods = state.get("methods")
         if isinstance(methods, dict):  # older checkpoints have none: keep the fresh snapshot
             self.methods_base = [dict(m) for m in methods.get("base", []) if isinstance(m, dict)]
