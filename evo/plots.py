@@ -223,7 +223,35 @@ def plot_runs(paths: list[Path]) -> list[Path]:
         for name, kernel in series[run.path].items():
             written.append(plot_kernel(name, kernel, run.path / "plots" / f"{name}.png"))
     written.append(plot_summary(runs, runs[0].path / "plots" / "summary.png"))
+    for run in runs:
+        llm = run.read_checkpoint().get("llm") if run.has_checkpoint() else None
+        if llm and llm.get("calls", 0) + llm.get("cached", 0):
+            written.append(plot_llm_funnel(llm, run.path / "plots" / "llm_funnel.png"))
     return written
+
+
+#: the LLM funnel's stages: (label, the checkpoint's ``llm`` key)
+FUNNEL = (("asked", "asked"), ("answered", "answers"), ("proposed a patch", "proposed"),
+          ("applied", "applied"), ("assembled", "assembled"), ("passed the gate", "correct"),
+          ("faster than its parent", "faster"))
+
+
+def plot_llm_funnel(llm: dict, path: Path) -> Path:
+    """How far the LLM's calls got: asked, answered, patch proposed, applied, assembled,
+    correct, faster (``evo.llm.mutation`` counts them); one labelled bar per stage."""
+    plt = _pyplot()
+    counts = {"asked": llm.get("calls", 0) + llm.get("cached", 0),
+              "answers": llm.get("calls", 0) - llm.get("failures", 0) + llm.get("cached", 0),
+              **{key: llm.get(key, 0) for _, key in FUNNEL[2:]}}
+    labels = [label for label, _ in FUNNEL]
+    values = [counts[key] for _, key in FUNNEL]
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    bars = ax.barh(labels[::-1], values[::-1], color="C0")
+    ax.bar_label(bars, labels=[str(v) for v in values[::-1]], fontsize=8, padding=2)
+    ax.set_xlabel("LLM calls and patches")
+    ax.set_title(f"LLM funnel ({llm.get('repairs', 0)} repair prompts; answers include "
+                 f"{llm.get('cached', 0)} replayed from the cache)", fontsize=9)
+    return _save(fig, plt, path)
 
 
 # --------------------------------------------------------------------------- evo bench

@@ -170,6 +170,8 @@ def test_run_with_llm_rate_evolves_patch_genes_and_resumes(llm_server, tmp_path,
     assert final["llm"]["calls"] >= first["llm"]["calls"]
     report = (run_dir / "report.md").read_text()
     assert "patches:" in report and "proposed" in report
+    assert main(["plot", str(run_dir)]) == 0  # the funnel drawn beside the fitness curves
+    assert (run_dir / "plots" / "llm_funnel.png").is_file()
     # The key is sent to the server but never written anywhere in the run folder.
     assert any(KEY in r.headers.get("authorization", "") for r in llm_server.requests)
     for path in run_dir.rglob("*"):

@@ -52,3 +52,18 @@ def test_the_summary_quotes_the_figures_measured_again(tmp_path):
     plots.plot_summary([run], tmp_path / "summary.png")
     svg = (tmp_path / "summary.svg").read_text()
     assert "1.50x" in svg and "measured again" in svg
+
+
+def test_the_llm_funnel_shows_every_stage_with_its_count(tmp_path):
+    from evo.plots import FUNNEL, plot_llm_funnel
+
+    llm = {"calls": 20, "failures": 2, "cached": 4, "proposed": 15, "applied": 12,
+           "assembled": 9, "correct": 6, "faster": 2, "repairs": 5}
+    path = plot_llm_funnel(llm, tmp_path / "plots" / "llm_funnel.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    svg = path.with_suffix(".svg").read_text()
+    for label, _ in FUNNEL:  # matplotlib's SVG names each text in a comment
+        assert f"<!-- {label} -->" in svg
+    # the bar labels: asked 20 calls + 4 replayed, answered 24 - 2 failed, then the stages
+    for count in (24, 22, 15, 12, 9, 6, 2):
+        assert f"<!-- {count} -->" in svg
