@@ -146,7 +146,9 @@ def gene_frequencies(evals: list[dict]) -> tuple[list[str], list[int], list[list
     sizes: dict[int, int] = defaultdict(int)
     for e in evals:
         sizes[_gen(e)] += 1
-        for t in {g["transform"] for g in (e.get("genome") or {}).get("genes", [])}:
+        # an LLM patch gene has no transform: its row is "patch (LLM)"
+        for t in {g.get("transform", "patch (LLM)")
+                  for g in (e.get("genome") or {}).get("genes", [])}:
             counts[t][_gen(e)] += 1
     transforms = sorted(counts, key=lambda t: (-sum(counts[t].values()), t))
     return transforms, gens, [[counts[t][g] / sizes[g] for g in gens] for t in transforms]
