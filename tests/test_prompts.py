@@ -185,3 +185,13 @@ def test_repair_prompt_has_the_error_the_failed_patch_and_its_target():
     assert "to assemble with ptxas" in user and error in user
     assert f"{line:>5} | {bad}" in user
     assert _numbered(lines, target) in user
+
+
+@needs_ptxas
+def test_the_prompt_states_buffer_alignment_as_a_fact():
+    from harness.gpu_runner import BUFFER_ALIGN
+
+    context = build_mutate_context(find_kernel("relu"), Genome(), None, None, None, None,
+                                   [], [])
+    user = PromptSet().messages("mutate", context)[1]["content"]
+    assert f"Every buffer starts on a {BUFFER_ALIGN}-byte boundary" in user

@@ -182,8 +182,10 @@ def _kernel_info(spec: KernelSpec) -> dict:
         else:
             info.update(count=None, role="scalar", value=p.value)
         params.append(info)
+    from harness.gpu_runner import BUFFER_ALIGN
+
     return {"name": spec.name, "entry": spec.entry, "description": spec.description,
-            "params": params}
+            "params": params, "buffer_align": BUFFER_ALIGN}
 
 
 def _gene_info(index: int, outcome: GeneOutcome) -> dict:
