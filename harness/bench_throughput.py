@@ -41,7 +41,7 @@ STATIC_TAG = "static estimate, not measured"
 
 def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, seed: int = 0,
               gpus: list[int] | None = None, kernels: list[str] | None = None,
-              max_len: int = 4, ahead: int = 2, cluster: str = "") -> dict:
+              max_len: int = 4, ahead: int = 2, cluster: str = "", in_flight: int = 1) -> dict:
     """Run the benchmark for about ``seconds``; return the JSON-safe summary."""
     rng = random.Random(seed)
     names = kernels or gemm_tiles()
@@ -64,15 +64,22 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
             return pool.submit(evaluator.prepare, spec, genomes)
 
         # The stages overlap: the CPUs apply and compile the next ``ahead`` batches while
-        # the GPU measures this one. Batches prepared when time runs out are measured too.
+        # the backend measures ``in_flight`` batches (more than one hides a cluster's
+        # round trip: the next batch is already at the worker when one comes back).
+        # Batches prepared when time runs out are measured too.
         start = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(ahead) as pool:
+        with concurrent.futures.ThreadPoolExecutor(ahead) as pool, \
+                concurrent.futures.ThreadPoolExecutor(in_flight) as measuring_pool:
             pending = collections.deque(submit_next(pool) for _ in range(ahead))
-            while pending:
-                ready = pending.popleft().result()
-                if time.perf_counter() - start < seconds:
-                    pending.append(submit_next(pool))
-                for m in evaluator.finish(ready):
+            measuring: collections.deque = collections.deque()
+            while pending or measuring:
+                if pending and len(measuring) < in_flight:
+                    ready = pending.popleft().result()
+                    if time.perf_counter() - start < seconds:
+                        pending.append(submit_next(pool))
+                    measuring.append(measuring_pool.submit(evaluator.finish, ready))
+                    continue
+                for m in measuring.popleft().result():
                     reasons["ok" if m.valid else m.reason.split(":", 1)[0]] += 1
                 batches += 1
         elapsed = time.perf_counter() - start
@@ -83,6 +90,7 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
             # device, not backend name: a cluster of static workers estimates too
             "static": backend.device == "static", "seconds": round(elapsed, 3), "batches": batches,
             "batch_size": batch, "seed": seed, "kernels": len(names), "ahead": ahead,
+            "in_flight": in_flight,
             "compile_pool": evaluator.workers, "cluster": cluster or None,
             "cluster_offers": backend.offers() if cluster else None,
             "unique_candidates_per_s": round(stats["compiled"] / elapsed, 3) if elapsed else 0.0,
@@ -101,7 +109,8 @@ def format_summary(s: dict) -> str:
     lines = [
         f"backend {s['backend']} on {s['device']}" + (f" ({s['chosen_because']})" if s["chosen_because"] else ""),
         f"{s['seconds']:.1f} s, {s['batches']} batches of {s['batch_size']} genomes over {s['kernels']} kernels, "
-        f"compile pool {s['compile_pool']}, {s['ahead']} batches prepared ahead"
+        f"compile pool {s['compile_pool']}, {s['ahead']} batches prepared ahead, "
+        f"{s.get('in_flight', 1)} measured at once"
         + (f", Dask cluster {s['cluster']} ({s['cluster_offers']['workers']} workers)"
            if s.get("cluster") else ""),
         f"unique candidates/s: {s['unique_candidates_per_s']:.2f}  (measured/s {s['measured_per_s']:.2f}, "
@@ -130,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ahead", type=int, default=2,
                         help="batches prepared (applied, compiled) while one is measured")
+    parser.add_argument("--in-flight", type=int, default=1,
+                        help="batches the backend measures at once (2 hides a cluster's "
+                             "round trip behind the next batch)")
     parser.add_argument("--cluster", default="",
                         help="measure on a Dask cluster: local[:N] or tcp://HOST:PORT "
                              "(harness.backends.cluster)")
@@ -140,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
         kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
         summary = run_bench(args.seconds, args.backend, args.batch, args.seed, gpus, kernels,
-                            ahead=max(1, args.ahead), cluster=args.cluster)
+                            ahead=max(1, args.ahead), cluster=args.cluster,
+                            in_flight=max(1, args.in_flight))
     except (EvoError, ValueError) as err:
         print(f"bench_throughput: error: {err}", file=sys.stderr)
         return 2

@@ -104,11 +104,14 @@ def test_bench_throughput_on_a_local_cluster_says_static_and_counts_workers(tmp_
 
     out_file = tmp_path / "bench.json"
     assert main(["--seconds", "0.2", "--backend", "static", "--batch", "2", "--kernels",
-                 "gemm_tile_2x2x2", "--cluster", "local:2", "--out", str(out_file)]) == 0
+                 "gemm_tile_2x2x2", "--cluster", "local:2", "--in-flight", "2",
+                 "--out", str(out_file)]) == 0
     text = capsys.readouterr().out
     summary = json.loads(out_file.read_text())
     assert summary["static"] and summary["cluster"] == "local:2"
     assert summary["cluster_offers"]["workers"] == 2 and "2 workers" in text
+    assert summary["in_flight"] == 2 and "2 measured at once" in text
+    assert summary["pipeline"]["genomes"] == 2 * summary["batches"]  # every batch counted
     assert all("static estimate, not measured" in line for line in text.splitlines()
                if re.search(r"\d", line) and not line.startswith("wrote"))
 

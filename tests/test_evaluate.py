@@ -154,6 +154,7 @@ def test_bench_throughput_smoke_on_static(tmp_path, capsys):
     assert summary["pipeline"]["genomes"] == 3 * summary["batches"]
     assert summary["valid"] + summary["invalid"] == summary["pipeline"]["genomes"]
     assert summary["compile_pool"] >= 1 and "unique_candidates_per_s" in summary
+    assert summary["in_flight"] == 1
     assert all("static estimate, not measured" in line for line in text.splitlines()
                if re.search(r"\d", line) and not line.startswith("wrote"))
 
