@@ -250,3 +250,32 @@ def sass_stats(cubin: bytes) -> dict:
         "shared_loads": coarse["LDS"],
         "shared_stores": coarse["STS"],
     }
+
+
+_SASS_ROW_RE = re.compile(r"/\*([0-9a-fA-F]{4,})\*/\s+([^;/][^;]*?)\s*;")
+_BRANCH_RE = re.compile(r"\bBRA(?:\.\S+)?\s+(?:[^,]+,\s*)?0x([0-9a-fA-F]+)\b")
+
+
+def hot_region(sass_text: str, limit: int = 48) -> dict:
+    """The SASS an LLM prompt shows beside the PTX: the innermost loop (the shortest span
+    of a backward branch), else the whole kernel, at most ``limit`` instructions, padding
+    after the last EXIT left out. ``{"region": what it is, "text": "/*addr*/ instr" lines}``."""
+    rows = [(int(a, 16), ins.strip()) for a, ins in _SASS_ROW_RE.findall(sass_text)]
+    last_exit = max((i for i, (_, ins) in enumerate(rows) if ins.split()[-1] == "EXIT"
+                     or ins.startswith("EXIT")), default=len(rows) - 1)
+    rows = rows[:last_exit + 1]
+    loops = []
+    for here, ins in rows:
+        m = _BRANCH_RE.search(ins)
+        if m and int(m.group(1), 16) < here:
+            loops.append((here - int(m.group(1), 16), int(m.group(1), 16), here))
+    if loops:
+        _, start, end = min(loops)
+        body = [(a, ins) for a, ins in rows if start <= a <= end]
+        region = f"the innermost loop ({start:#06x}-{end:#06x}, {len(body)} instructions)"
+    else:
+        body, region = rows, f"the whole kernel ({len(rows)} instructions, no loop)"
+    if len(body) > limit:
+        region += f"; its first {limit} shown"
+        body = body[:limit]
+    return {"region": region, "text": "\n".join(f"/*{a:04x}*/ {ins}" for a, ins in body)}

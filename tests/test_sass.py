@@ -165,3 +165,34 @@ identifier = /tmp/build-1234/kernel.cu
         "@!P0 LDG.E.128 R4, desc[UR4][R2.64] ;", "EXIT ;", "BRA 0x30;", "NOP;",
     ]
     assert opcode_histogram(listing) == {"LDC": 1, "LDG": 1, "EXIT": 1}
+
+
+SASS_WITH_LOOP = """
+        Function : k
+        /*0000*/                   LDC R1, c[0x0][0x28] ;             /* 0x0000 */
+        /*0010*/               @P0 EXIT ;                              /* 0x0000 */
+        /*0020*/                   MOV R4, R6 ;                        /* 0x0000 */
+        /*0030*/                   LDG.E R5, desc[UR6][R4.64] ;        /* 0x0000 */
+        /*0040*/                   FADD R0, R5, R0 ;                   /* 0x0000 */
+        /*0050*/              @!P0 BRA 0x20 ;                          /* 0x0000 */
+        /*0060*/                   BRA.DIV UR10, 0x90 ;                /* 0x0000 */
+        /*0070*/                   STG.E desc[UR6][R2.64], R0 ;        /* 0x0000 */
+        /*0080*/                   EXIT ;                              /* 0x0000 */
+        /*0090*/                   BRA 0x90 ;                          /* 0x0000 */
+        /*00a0*/                   NOP ;                               /* 0x0000 */
+"""
+
+
+def test_hot_region_is_the_innermost_loop_else_the_kernel_without_padding():
+    from harness.sass import hot_region
+
+    loop = hot_region(SASS_WITH_LOOP)
+    assert loop["region"] == "the innermost loop (0x0020-0x0050, 4 instructions)"
+    assert loop["text"].splitlines() == ["/*0020*/ MOV R4, R6",
+                                         "/*0030*/ LDG.E R5, desc[UR6][R4.64]",
+                                         "/*0040*/ FADD R0, R5, R0", "/*0050*/ @!P0 BRA 0x20"]
+    straight = hot_region(SASS_WITH_LOOP.replace("@!P0 BRA 0x20", "@!P0 BRA 0x70"))
+    assert straight["region"] == "the whole kernel (9 instructions, no loop)"
+    assert straight["text"].splitlines()[-1] == "/*0080*/ EXIT"  # no padding after it
+    cut = hot_region(SASS_WITH_LOOP.replace("@!P0 BRA 0x20", "@!P0 BRA 0x70"), limit=3)
+    assert cut["region"].endswith("its first 3 shown") and len(cut["text"].splitlines()) == 3

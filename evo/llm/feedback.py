@@ -57,7 +57,7 @@ class MutateContext:
     genes: list  # [{index, gene, kind, status, changes, detail, method, rationale, summary}]
     ptx: dict  # text (numbered), total_lines, shown_lines, truncated, region, elided
     resources: dict  # ok, registers, spill_stores, spill_loads, stack_frame, shared_mem, error
-    sass: dict  # available, top [[opcode, count]], instructions, reason
+    sass: dict  # available, top [[opcode, count]], instructions, reason, hot (region, text)
     baseline: dict  # see _cycles
     current: dict
     best: dict | None  # genome, cycles
@@ -223,10 +223,11 @@ def _cycles(m: Measurement | None) -> dict:
 def _compile_figures(ptx: str, arch: str) -> tuple[dict, dict]:
     """ptxas resources and the SASS opcode histogram of ``ptx`` (never raises)."""
     from harness.compile import compile_ptx
-    from harness.sass import disassemble, opcode_histogram
+    from harness.sass import disassemble, hot_region, opcode_histogram
     from harness.toolchain import MissingToolError
 
-    sass = {"available": False, "top": [], "instructions": 0, "reason": "ptxas failed"}
+    sass = {"available": False, "top": [], "instructions": 0, "reason": "ptxas failed",
+            "hot": None}
     try:
         result = compile_ptx(ptx, arch)
     except MissingToolError as err:  # a prompt without figures beats no prompt at all
@@ -243,7 +244,8 @@ def _compile_figures(ptx: str, arch: str) -> tuple[dict, dict]:
         else:
             hist = opcode_histogram(text)
             sass.update(available=True, reason="", instructions=sum(hist.values()),
-                        top=[[op, n] for op, n in hist.most_common(TOP_OPCODES)])
+                        top=[[op, n] for op, n in hist.most_common(TOP_OPCODES)],
+                        hot=hot_region(text))  # the SASS the prompt shows beside the PTX
     return resources, sass
 
 
