@@ -50,7 +50,6 @@ class KernelSearch:
     evals: int = 0
     llm: object | None = None  # an evo.llm.mutation.LlmMutator when --llm-rate > 0
     spec: object | None = None  # the KernelSpec, for the LLM's prompt
-    pending_patches: dict = field(default_factory=dict)  # child key -> (patch, parent fitness)
     prior: dict | None = None  # evo.learn.priors.prior_for: other kernels' lessons, or None
     _alphabet: list | None = field(default=None, repr=False)  # see alphabet()
 
@@ -101,10 +100,8 @@ class KernelSearch:
         self.evals += len(fresh)
         events = []
         for k, m in fresh.items():
-            if k in self.pending_patches:
-                patch, parent_fitness = self.pending_patches.pop(k)
-                self.llm.record(self.kernel, patch, m, parent_fitness,
-                                genome=Genome.from_json(json.loads(k)))
+            if self.llm is not None:  # how its patch did, where the LLM wrote this child
+                self.llm.measured(self.kernel, k, m)
             self.known[k] = _summary(m)
             events.append({"type": "eval", "kernel": self.kernel, "generation": generation,
                            "genome": json.loads(k), **self.known[k]})
@@ -116,17 +113,8 @@ class KernelSearch:
                    other: Genome | None = None) -> Genome | None:
         """``genome`` plus one LLM-written patch gene that applies and assembles, or None
         (``mode`` "explore" asks with little context; ``other``: a crossover with it)."""
-        view = search_view(self.kernel, self.known, genome)
-        child = self.llm.propose(self.spec, genome, view, mode, other)
-        if child is not None:
-            parent = self._known_measurement(genome)
-            self.pending_patches[_key(child)] = (child.genes[-1],
-                                                 parent.fitness if parent else math.inf)
-        return child
-
-    def _known_measurement(self, genome: Genome) -> Measurement | None:
-        summary = self.known.get(_key(genome))
-        return _measurement(self.kernel, summary) if summary else None
+        return self.llm.propose(self.spec, genome, search_view(self.kernel, self.known, genome),
+                                mode, other)
 
     # --- checkpoint data ---------------------------------------------------------------
     def to_json(self, state: dict, done: bool) -> dict:

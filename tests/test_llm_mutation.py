@@ -262,3 +262,21 @@ def test_lessons_the_llm_writes_come_back_in_its_next_prompts(llm_server, tmp_pa
     again.restore(m.stats())  # a resumed run quotes the same lessons
     assert again.lessons == m.lessons == {KERNEL: [
         "the A loads already hit L2; only fewer instructions help."]}
+
+
+@needs_ptxas
+def test_the_operator_keeps_its_children_until_the_search_reports_them(llm_server, tmp_path,
+                                                                      monkeypatch):
+    from harness.record import Measurement
+
+    llm_server.script([text(GOOD)])
+    m = mutator(llm_server, tmp_path, monkeypatch)
+    parent = Measurement(KERNEL, "static", True, cycles=1000.0, timer="static")
+    child = m.propose(find_kernel(KERNEL), Genome(), SearchView(current=parent))
+    key = child.effective().dumps()
+    assert list(m.pending) == [(KERNEL, key)]
+    m.measured(KERNEL, Genome().dumps(), parent)  # not its child: nothing counted
+    assert m.counts["correct"] == 0
+    m.measured(KERNEL, key, Measurement(KERNEL, "static", True, cycles=900.0, timer="static"))
+    assert not m.pending and m.counts["correct"] == 1 and m.counts["faster"] == 1
+    assert "faster" in " ".join(m.history.lines(KERNEL, 3000)[0])

@@ -9,7 +9,9 @@ caller falls back to an ordinary mutation), and every outcome is counted:
 
     calls / tokens (the client) -> proposed -> applied -> assembled -> correct -> faster
 
-``record(...)`` is told how each measured patch did and feeds the method catalogue.
+The operator keeps the children it wrote until the search reports their measurement
+(``measured(kernel, key, result)``, for every measurement: the search keeps no LLM state);
+``record(...)`` then counts how the patch did and feeds the method catalogue.
 Every outcome (no edit in the answer, no match, ptxas error, gate rejection, slower,
 faster) also goes into the kernel's ``PatchHistory``, which the next mutate prompts quote
 (``evo.llm.history``); it is part of ``stats()``, so the checkpoint keeps it.
@@ -18,6 +20,7 @@ faster) also goes into the kernel's ``PatchHistory``, which the next mutate prom
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from collections import Counter
@@ -83,6 +86,10 @@ class LlmMutator:
         self.ncu: dict[str, dict] = {}
         self.asked: Counter = Counter()  # LLM calls per kernel
         self.lessons: dict[str, list[str]] = {}  # per kernel, newest first (LESSON lines)
+        # children proposed and not yet measured: (kernel, genome key) -> (patch, parent
+        # fitness); the search reports each measurement (``measured``), the operator keeps
+        # its own books
+        self.pending: dict[tuple[str, str], tuple[PatchGene, float]] = {}
         # The catalogue the prompts show: the store's as the run found it, plus this run's
         # own tallies (label -> [attempts, successes, gain sum]). Both are checkpointed, so a
         # resumed run shows what the interrupted one showed, whatever it wrote to the store
@@ -155,7 +162,18 @@ class LlmMutator:
             child, problem, stage, patched = self._check(spec, genome, gene)
             if problem:
                 return None
+        parent = view.current.fitness if view.current is not None else math.inf
+        self.pending[(spec.name, child.effective().dumps())] = (child.genes[-1], parent)
         return child
+
+    def measured(self, kernel: str, key: str, result: Measurement) -> None:
+        """The search measured genome ``key`` (``Genome.effective().dumps()``): if it is a
+        child this operator wrote, count how its patch did (``record``)."""
+        found = self.pending.pop((kernel, key), None)
+        if found is not None:
+            patch, parent_fitness = found
+            self.record(kernel, patch, result, parent_fitness,
+                        genome=Genome.from_json(json.loads(key)))
 
     def _learn(self, kernel: str, text: str) -> None:
         """Keep the answer's LESSON line (the LLM's insight) for the kernel's next prompts."""
