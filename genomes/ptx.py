@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 _REG_RE = re.compile(r"%[A-Za-z_$][\w$]*")
 _MAXNREG_RE = re.compile(r"\.maxnreg\s+(\d+)")
+_MAXNTID_RE = re.compile(r"\.maxntid\s+(\d+)")
 
 
 # --------------------------------------------------------------------------- statements
@@ -224,6 +225,12 @@ class Function:
     @property
     def maxnreg(self) -> int | None:
         m = _MAXNREG_RE.search(self.directives)
+        return int(m.group(1)) if m else None
+
+    @property
+    def maxntid(self) -> int | None:
+        """The x extent of the function's ``.maxntid``: no block may have more threads."""
+        m = _MAXNTID_RE.search(self.directives)
         return int(m.group(1)) if m else None
 
 

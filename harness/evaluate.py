@@ -39,6 +39,7 @@ from harness.compile import compile_many, ptx_hash
 from harness.instrument import clock_entry_name
 from harness.record import Measurement
 from harness.sass import cubin_text_hash
+from harness.spec import baseline_ptx
 from harness.store import Store, code_hash, ptxas_error_key
 from harness.toolchain import ptxas_version
 
@@ -301,8 +302,7 @@ def _apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: 
 
     key = (ptx_path, entry)
     if key not in _APPLY_CACHE:  # the spec's baseline, as KernelSpec.ptx_text reads it
-        with open(ptx_path) as f:
-            _APPLY_CACHE[key] = ptx_model.parse(ptx_model.only_entry(f.read(), entry), ptx_path)
+        _APPLY_CACHE[key] = ptx_model.parse(baseline_ptx(ptx_path, entry), ptx_path)
     launch = Launch.from_json(launch_json) if launch_json is not None else None
     applied = apply_genome(_APPLY_CACHE[key], Genome.from_json(genome_json), launch)
     twin = None

@@ -152,9 +152,8 @@ class KernelSpec:
     numpy_dtype = staticmethod(numpy_dtype)
 
     def ptx_text(self) -> str:
-        """The baseline PTX: the file's, less any other kernel entries it holds
-        (``genomes.ptx.only_entry``: genes, ptxas figures and SASS are this entry's)."""
-        return only_entry(read_ptx(self.ptx_path), self.entry)
+        """The baseline PTX (``baseline_ptx``)."""
+        return baseline_ptx(self.ptx_path, self.entry)
 
     def buffers(self) -> list[BufferParam]:
         """Buffer params, in PTX order."""
@@ -229,6 +228,12 @@ def read_ptx(path: str | Path) -> str:
         raise SpecError(f"{path}: not a PTX text file (a NUL byte at offset "
                         f"{text.index(chr(0))}); {hint}")
     return text
+
+
+def baseline_ptx(path: str | Path, entry: str) -> str:
+    """A spec's baseline: its PTX file's text, less any other kernel entries the file holds
+    (``genomes.ptx.only_entry``: genes, ptxas figures and SASS are this entry's)."""
+    return only_entry(read_ptx(path), entry)
 
 
 def _suggest(word: str, choices) -> str:

@@ -14,8 +14,6 @@ The PTX is unchanged: the gene lives in the launch (stored, keyed and shown with
 
 from __future__ import annotations
 
-import re
-
 from genomes.launch import Launch
 from genomes.ptx import Module
 from genomes.thread_index import one_d_index_kernel
@@ -33,9 +31,8 @@ def apply(module: Module, launch: Launch, threads: int) -> tuple[int, Launch]:
         raise NotApplicable(f"the block already has {threads} threads")
     if launch.threads % threads:
         raise NotApplicable(f"{threads} does not divide the launch's {launch.threads} threads")
-    cap = re.search(r"\.maxntid\s+(\d+)", fn.directives)
-    if cap and threads > int(cap.group(1)):
-        raise NotApplicable(f".maxntid {cap.group(1)} allows no block of {threads}")
+    if fn.maxntid and threads > fn.maxntid:
+        raise NotApplicable(f".maxntid {fn.maxntid} allows no block of {threads}")
     return 1, launch.with_shape((launch.threads // threads, 1, 1), (threads, 1, 1))
 
 

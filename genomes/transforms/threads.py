@@ -50,9 +50,8 @@ def apply(module: Module, launch: Launch, threads: int) -> tuple[int, Launch]:
                             "size would leave elements out (block(n) keeps them)")
     if ".reqntid" in fn.directives:
         raise NotApplicable(".reqntid fixes the block size")
-    cap = re.search(r"\.maxntid\s+(\d+)", fn.directives)
-    if cap and threads > int(cap.group(1)):
-        raise NotApplicable(f".maxntid {cap.group(1)} allows no block of {threads}")
+    if fn.maxntid and threads > fn.maxntid:
+        raise NotApplicable(f".maxntid {fn.maxntid} allows no block of {threads}")
     if threads > launch.block[0] and _SHARED.search(module.render()):
         raise NotApplicable("shared memory sized for the block: only fewer threads are safe")
     return 1, launch.with_shape(launch.grid, (threads, 1, 1))
