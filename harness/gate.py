@@ -1,8 +1,11 @@
-"""The correctness gate's numerics: inputs, poison, canaries and output comparison (NumPy only).
+"""The correctness gate's numerics: inputs, poison, canaries and output comparison.
 
 The GPU worker launches a variant on fresh inputs and reads every buffer back; these
-functions decide whether the launch was correct, and why not. Nothing here touches a GPU,
-so all of it is tested on CPU.
+functions decide whether the launch was correct, and why not. They are written against
+NumPy and tested on CPU; the judging functions (``check_launch``, ``compare``,
+``max_error``, ``is_poison``, ``split_canary``) take CuPy arrays as well and then run on
+the GPU (``array_module``): the worker judges kernels of tens of millions of elements
+where their buffers are, since host copies and comparisons of 64M elements take seconds.
 
 * Inputs come from ``make_inputs(spec, seed)`` (the spec's fills, one RNG per seed). A
   negative seed, ``stress_seed(s)``, gives *stress* inputs instead: seed ``s``'s fills with
@@ -48,6 +51,15 @@ _NAN_BITS = {2: 0x7E5A, 4: 0x7FC0DEAD, 8: 0x7FF8DEADDEADDEAD}
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+def array_module(array):
+    """CuPy for a CuPy array (found among the loaded modules: this module never imports
+    it), else NumPy: the functions below compute where their arrays are."""
+    if type(array).__module__.split(".", 1)[0] == "cupy":
+        import sys
+        return sys.modules["cupy"]
+    return np
+
+
 def _dtype(dtype) -> np.dtype:
     """A NumPy dtype from a spec dtype name ("f32") or anything ``np.dtype`` accepts."""
     if isinstance(dtype, str) and dtype in DTYPES:
@@ -64,19 +76,48 @@ def _poison_bits(dtype: np.dtype) -> int:
 # --------------------------------------------------------------------------- inputs
 
 
-def make_inputs(spec: KernelSpec, seed: int) -> dict[str, np.ndarray | np.generic]:
-    """Every param's host value for one launch: buffers as flat arrays, scalars as NumPy scalars.
+def make_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | np.generic]:
+    """Every param's value for one launch: buffers as flat arrays, scalars as NumPy scalars.
 
     Inputs follow their fill (normal / uniform / int with ``high`` exclusive, as the spec
     and NumPy define it / const); ``out`` buffers are zeros (the worker poisons them),
     ``inout`` buffers are filled like inputs. Deterministic in (spec, seed): the draws
     are those of ``harness.kernels.reference.random_inputs``, the one definition of fills.
+    With ``xp`` CuPy the buffers are drawn on the GPU (cuRAND, seeded by ``seed``): other
+    numbers than NumPy's for the same seed, as deterministic, for kernels judged there.
     """
     from harness.kernels.reference import random_inputs
 
     if is_stress_seed(seed):
-        return stress_inputs(spec, -1 - seed)
-    return random_inputs(spec, np.random.default_rng(seed))
+        return stress_inputs(spec, -1 - seed, xp)
+    return random_inputs(spec, _draws(xp, seed), xp)
+
+
+class _DeviceDraws:
+    """The draws ``random_inputs`` and ``stress_inputs`` make of a NumPy Generator, made on
+    the GPU by a CuPy RandomState."""
+
+    def __init__(self, cupy, seed: int):
+        self._state = cupy.random.RandomState(seed)
+
+    def normal(self, loc, scale, size):
+        return self._state.normal(loc, scale, size)
+
+    def uniform(self, low, high, size):
+        return self._state.uniform(low, high, size)
+
+    def integers(self, low, high, size):
+        return self._state.randint(low, high, size)
+
+    def random(self, size):
+        return self._state.random_sample(size)
+
+
+def _draws(xp, seed, salt: int | None = None):
+    """A seeded source of draws where ``xp`` makes its arrays."""
+    if xp is np:
+        return np.random.default_rng(seed if salt is None else [seed, salt])
+    return _DeviceDraws(xp, seed if salt is None else (seed << 24) ^ salt)
 
 
 def stress_seed(seed: int) -> int:
@@ -97,7 +138,7 @@ def seed_label(seed: int) -> str:
     return f"stress inputs of seed {-1 - seed}" if is_stress_seed(seed) else f"seed {seed}"
 
 
-def stress_inputs(spec: KernelSpec, seed: int) -> dict[str, np.ndarray | np.generic]:
+def stress_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | np.generic]:
     """Seed ``seed``'s inputs with heavy tails and large magnitudes mixed in.
 
     Every float ``in``/``inout`` buffer filled ``normal`` gets ``STRESS_FRACTION`` of its
@@ -111,16 +152,16 @@ def stress_inputs(spec: KernelSpec, seed: int) -> dict[str, np.ndarray | np.gene
     """
     from harness.kernels.reference import random_inputs
 
-    inputs = random_inputs(spec, np.random.default_rng(seed))
-    rng = np.random.default_rng([seed, 0x57E55])
+    inputs = random_inputs(spec, _draws(xp, seed), xp)
+    rng = _draws(xp, seed, 0x57E55)
     for p in spec.buffers():
         if p.role == "out" or p.fill != "normal" or is_int_dtype(p.dtype):
             continue
         values = inputs[p.name]
         scaled = rng.random(p.count) < STRESS_FRACTION
-        factor = np.exp2(rng.integers(1, STRESS_MAX_EXPONENT + 1, p.count))
+        factor = xp.exp2(rng.integers(1, STRESS_MAX_EXPONENT + 1, p.count))
         big = np.finfo(values.dtype).max  # f16 would overflow to inf: clip to its largest finite
-        inputs[p.name] = np.clip(np.where(scaled, values * factor, values), -big, big).astype(values.dtype)
+        inputs[p.name] = xp.clip(xp.where(scaled, values * factor, values), -big, big).astype(values.dtype)
     return inputs
 
 
@@ -146,10 +187,11 @@ def poison_value(dtype) -> np.generic:
     return np.array([_poison_bits(dt)], dtype=_UINT[dt.itemsize]).view(dt)[0]
 
 
-def poisoned(param: BufferParam) -> np.ndarray:
-    """A full buffer of ``param``'s poison, built from bits so that the NaN payload survives."""
+def poisoned(param: BufferParam, xp=np) -> np.ndarray:
+    """A full buffer of ``param``'s poison, built from bits so that the NaN payload survives
+    (made by ``xp``: NumPy, or CuPy on the GPU)."""
     dt = _dtype(param.dtype)
-    return np.full(param.count, _poison_bits(dt), dtype=_UINT[dt.itemsize]).view(dt)
+    return xp.full(param.count, _poison_bits(dt), dtype=_UINT[dt.itemsize]).view(dt)
 
 
 def is_poison(array, dtype) -> np.ndarray:
@@ -159,7 +201,7 @@ def is_poison(array, dtype) -> np.ndarray:
     an unwritten element.
     """
     dt = _dtype(dtype)
-    arr = np.ascontiguousarray(array, dtype=dt)
+    arr = array_module(array).ascontiguousarray(array, dtype=dt)
     return arr.view(_UINT[dt.itemsize]) == _poison_bits(dt)
 
 
@@ -168,13 +210,14 @@ def is_poison(array, dtype) -> np.ndarray:
 
 def with_canary(arr) -> np.ndarray:
     """The uint8 host image to upload: the buffer's bytes, then ``CANARY_BYTES`` of 0xA5."""
-    data = np.ascontiguousarray(arr).view(np.uint8).ravel()
-    return np.concatenate([data, np.full(CANARY_BYTES, CANARY_BYTE, np.uint8)])
+    xp = array_module(arr)
+    data = xp.ascontiguousarray(arr).view(np.uint8).ravel()
+    return xp.concatenate([data, xp.full(CANARY_BYTES, CANARY_BYTE, np.uint8)])
 
 
 def split_canary(image, param: BufferParam) -> tuple[np.ndarray, bool]:
     """(the buffer as ``param``'s dtype, canary intact?) from an image read back after a launch."""
-    image = np.ascontiguousarray(image).view(np.uint8).ravel()
+    image = array_module(image).ascontiguousarray(image).view(np.uint8).ravel()
     if image.size != param.nbytes + CANARY_BYTES:
         raise ValueError(f"image of {param.name} has {image.size} bytes, expected "
                          f"{param.nbytes} + {CANARY_BYTES} canary bytes")
@@ -191,13 +234,14 @@ def _unwritten(name: str, out: np.ndarray, ref: np.ndarray | None, dtype) -> str
         mask &= ~is_poison(ref, dtype)  # the reference left it unwritten too: not a failure
     if not mask.any():
         return None
-    first = int(np.flatnonzero(mask)[0])
+    first = int(array_module(mask).flatnonzero(mask)[0])
     return (f"{record.UNWRITTEN}: {int(mask.sum())} of {out.size} elements of {name} still hold "
             f"the poison; first {name}[{first}]")
 
 
 def _mismatch(name: str, out: np.ndarray, ref: np.ndarray, param: BufferParam, spec,
               stress: bool = False) -> str | None:
+    xp = array_module(out)
     if out.dtype.kind in "iu":
         bad = out != ref
         got, want = out.astype(np.float64), ref.astype(np.float64)
@@ -206,16 +250,16 @@ def _mismatch(name: str, out: np.ndarray, ref: np.ndarray, param: BufferParam, s
         got, want = out.astype(np.float64), ref.astype(np.float64)
         atol = tol.atol
         if stress:  # norm-wise: rounding differences scale with the inputs, gross errors do not
-            finite = np.abs(want[np.isfinite(want)])
+            finite = xp.abs(want[xp.isfinite(want)])
             atol = max(atol, tol.rtol * float(finite.max())) if finite.size else atol
-        bad = ~np.isclose(got, want, rtol=tol.rtol, atol=atol, equal_nan=True)
+        bad = ~xp.isclose(got, want, rtol=tol.rtol, atol=atol, equal_nan=True)
     if not bad.any():
         return None
-    first = int(np.flatnonzero(bad)[0])
+    first = int(xp.flatnonzero(bad)[0])
     with np.errstate(all="ignore"):
-        abs_err = np.abs(got[bad] - want[bad])
-        rel_err = abs_err / np.abs(want[bad])
-    finite = np.isfinite(abs_err)
+        abs_err = xp.abs(got[bad] - want[bad])
+        rel_err = abs_err / xp.abs(want[bad])
+    finite = xp.isfinite(abs_err)
     max_abs = float(abs_err[finite].max()) if finite.any() else math.nan
     max_rel = float(rel_err[finite].max()) if finite.any() else math.nan
     return (f"{record.WRONG}: {int(bad.sum())} of {out.size} elements differ in {name}; first "
@@ -235,9 +279,10 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
     differences of a legit variant, which grow with the inputs, pass, while an overflow
     (inf, NaN) or a saturated value does not. Tolerance 0 stays exact.
     """
+    xp = array_module(next(iter(outputs.values()), None))
     for p in spec.outputs():
-        ref = None if reference is None else np.asarray(reference[p.name]).ravel()
-        out = np.asarray(outputs[p.name]).ravel()
+        ref = None if reference is None else xp.asarray(reference[p.name]).ravel()
+        out = xp.asarray(outputs[p.name]).ravel()
         if ref is not None and out.size != ref.size:
             return False, f"{record.WRONG}: {p.name} has {out.size} elements, expected {ref.size}"
         reason = _unwritten(p.name, out, ref, p.dtype)
@@ -245,8 +290,8 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
             return False, reason
     if reference is not None:
         for p in spec.outputs():
-            out = np.asarray(outputs[p.name], dtype=_dtype(p.dtype)).ravel()
-            ref = np.asarray(reference[p.name], dtype=_dtype(p.dtype)).ravel()
+            out = xp.asarray(outputs[p.name], dtype=_dtype(p.dtype)).ravel()
+            ref = xp.asarray(reference[p.name], dtype=_dtype(p.dtype)).ravel()
             reason = _mismatch(p.name, out, ref, p, spec, stress)
             if reason:
                 return False, reason
@@ -262,16 +307,17 @@ def max_error(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndar
     for p in spec.outputs():
         if is_int_dtype(p.dtype):
             continue
-        got = np.asarray(outputs[p.name], dtype=np.float64).ravel()
-        want = np.asarray(reference[p.name], dtype=np.float64).ravel()
-        ok = np.isfinite(got) & np.isfinite(want)
+        xp = array_module(outputs[p.name])
+        got = xp.asarray(outputs[p.name], dtype=np.float64).ravel()
+        want = xp.asarray(reference[p.name], dtype=np.float64).ravel()
+        ok = xp.isfinite(got) & xp.isfinite(want)
         if not ok.any():
             continue
-        err = np.abs(got[ok] - want[ok])
+        err = xp.abs(got[ok] - want[ok])
         worst_abs = max(worst_abs, float(err.max()))
         with np.errstate(divide="ignore", invalid="ignore"):
-            rel = err / np.abs(want[ok])
-        rel = rel[np.isfinite(rel)]
+            rel = err / xp.abs(want[ok])
+        rel = rel[xp.isfinite(rel)]
         if rel.size:
             worst_rel = max(worst_rel, float(rel.max()))
     return worst_abs, worst_rel
@@ -287,13 +333,15 @@ def check_launch(spec: KernelSpec, inputs: Mapping, after: Mapping[str, np.ndarr
     canary image or a plain array of its dtype (then only modification is checked).
     ``reference``: expected outputs (baseline kernel or NumPy reference), or None.
     ``stress``: the inputs are stress inputs (``compare``'s norm-wise rule).
+    All NumPy arrays, or all CuPy arrays (then the judging runs on the GPU).
 
     Precedence, so that a reason names the cause rather than a symptom: out-of-bounds
     write (a canary changed) > input modified > output not written > wrong result.
     """
     values: dict[str, np.ndarray] = {}
+    xp = array_module(next(iter(after.values()), None))
     for p in spec.buffers():
-        image = np.ascontiguousarray(after[p.name])
+        image = xp.ascontiguousarray(after[p.name])
         if p.is_output or image.nbytes == p.nbytes + CANARY_BYTES:
             data, canary_ok = split_canary(image, p)
             if not canary_ok:
@@ -308,11 +356,11 @@ def check_launch(spec: KernelSpec, inputs: Mapping, after: Mapping[str, np.ndarr
     for p in spec.buffers():
         if p.is_output:
             continue
-        before = np.ascontiguousarray(inputs[p.name], dtype=_dtype(p.dtype)).ravel()
+        before = xp.ascontiguousarray(inputs[p.name], dtype=_dtype(p.dtype)).ravel()
         uint = _UINT[before.itemsize]
         changed = before.view(uint) != values[p.name].view(uint)  # bits: NaN inputs compare equal
         if changed.any():
-            first = int(np.flatnonzero(changed)[0])
+            first = int(xp.flatnonzero(changed)[0])
             return False, (f"{record.INPUT_CLOBBERED}: {int(changed.sum())} of {p.count} elements "
                            f"of {p.name} changed; first {p.name}[{first}]")
     return compare({p.name: values[p.name] for p in spec.outputs()}, reference, spec, stress)
@@ -330,7 +378,8 @@ def speedup_flags(baseline_cycles: float | None, cycles: float | None) -> list[s
     return []
 
 
-__all__ = ["CANARY_BYTE", "CANARY_BYTES", "SPEEDUP_REVIEW", "check_launch", "compare", "is_poison",
+__all__ = ["CANARY_BYTE", "CANARY_BYTES", "SPEEDUP_REVIEW", "array_module", "check_launch",
+           "compare", "is_poison",
            "is_stress_seed", "make_inputs", "poison_value", "poisoned", "reference_outputs",
            "seed_label", "speedup_flags", "split_canary", "stress_inputs", "stress_seed",
            "with_canary"]

@@ -60,6 +60,13 @@ BASELINE_FAILED = "baseline failed"
 RESERVED_BYTES = 1 << 20  # the arena's head: SM-clock probe and settle words, clock64 buffers
 BUFFER_ALIGN = 512  # each buffer starts on this boundary (CuPy's pool gives the same)
 _CACHE_LIMITS = {"modules": 256, "buffers": 8, "seeds": 256}
+_DEVICE_SEEDS = 8  # seed sets (and baseline outputs) of a kernel judged on the GPU kept there
+DEVICE_CHECK_BYTES = 64 << 20
+"""Kernels whose buffers hold this many bytes or more are judged on the GPU: their seeds'
+inputs and images stay in device memory (one kernel's at a time), launches read back into
+device copies, and ``gate.check_launch`` runs on CuPy arrays. Host copies and NumPy
+comparisons of a 64M-element kernel took tens of seconds per variant (BENCHMARKS.md,
+session 6); small kernels keep the host path, whose arrays cost nothing to move."""
 
 class _Failed(Exception):
     """A result that ends the request early (the reason is the Measurement's)."""
@@ -129,6 +136,7 @@ class Runner:
         self._modules: OrderedDict = OrderedDict()
         self._buffers: OrderedDict = OrderedDict()
         self._seeds: OrderedDict = OrderedDict()  # (spec, seed) -> inputs, images
+        self._device_seeds: OrderedDict = OrderedDict()  # the same, on the GPU, one spec's
         self._baselines: OrderedDict = OrderedDict()  # (spec, baseline, seed, ref?) -> outputs
         self.own_kernels: dict = {}  # gpu_timing's probe and settle kernels, by entry name
         self.copy_rates: dict = {}  # gpu_timing.copy_gbps's figures, by (bytes, caches)
@@ -200,16 +208,39 @@ class Runner:
             return f"{self.arena_source} +{RESERVED_BYTES:#x}"
         return f"own allocations (over the {ARENA_BYTES >> 20} MiB arena)"
 
+    def judged_on_device(self, spec) -> bool:
+        """Whether the spec's launches are checked on the GPU (``DEVICE_CHECK_BYTES``)."""
+        return sum(p.nbytes for p in spec.buffers()) >= DEVICE_CHECK_BYTES
+
     def seed_data(self, spec, seed: int) -> tuple[dict, dict]:
-        """(inputs, upload images) for one seed: outputs poisoned, every buffer with its canary."""
+        """(inputs, upload images) for one seed: outputs poisoned, every buffer with its
+        canary. Host arrays, or device arrays for a kernel judged on the GPU (then the
+        inputs' buffers are views of their images)."""
         key = (_spec_key(spec), seed)
+        if self.judged_on_device(spec):
+            data = _lru_get(self._device_seeds, key)
+            if data is None:
+                if any(k[0] != key[0] for k in self._device_seeds):
+                    self._device_seeds.clear()  # another kernel's: free its gigabytes
+                data = _lru_put(self._device_seeds, key, self._make_seed_data(spec, seed, self.cp),
+                                _DEVICE_SEEDS)
+            return data
         data = _lru_get(self._seeds, key)
         if data is None:
-            inputs = gate.make_inputs(spec, seed)
-            images = {p.name: gate.with_canary(gate.poisoned(p) if p.role == "out" else inputs[p.name])
-                      for p in spec.buffers()}
-            data = _lru_put(self._seeds, key, (inputs, images), _CACHE_LIMITS["seeds"])
+            data = _lru_put(self._seeds, key, self._make_seed_data(spec, seed, np),
+                            _CACHE_LIMITS["seeds"])
         return data
+
+    @staticmethod
+    def _make_seed_data(spec, seed: int, xp) -> tuple[dict, dict]:
+        inputs = gate.make_inputs(spec, seed, xp)
+        images = {p.name: gate.with_canary(gate.poisoned(p, xp) if p.role == "out" else inputs[p.name])
+                  for p in spec.buffers()}
+        if xp is not np:  # one copy of each input on the device: its image holds it
+            for p in spec.buffers():
+                if p.role != "out":
+                    inputs[p.name] = images[p.name][:p.nbytes].view(inputs[p.name].dtype)
+        return inputs, images
 
     def args(self, spec, bufs: dict) -> list:
         """Kernel arguments in PTX param order: device buffers and typed NumPy scalars."""
@@ -218,7 +249,11 @@ class Runner:
 
     def upload(self, spec, bufs: dict, images: dict) -> None:
         for p in spec.buffers():
-            bufs[p.name].set(images[p.name])
+            image = images[p.name]
+            if isinstance(image, np.ndarray):
+                bufs[p.name].set(image)
+            else:  # a device image: a device-to-device copy
+                bufs[p.name][...] = image
 
     def rotated_args(self, spec, copies: int, images: dict) -> list[list]:
         """Argument lists for ``copies`` sets of the spec's buffers, all holding ``images``:
@@ -250,12 +285,15 @@ class Runner:
         fn(grid, block, tuple(args), shared_mem=spec.shared_mem, stream=stream)
 
     def run_checked(self, fn, spec, seed: int, shape=None) -> dict:
-        """Upload one seed's images, launch once, synchronize; every buffer's image read back."""
+        """Upload one seed's images, launch once, synchronize; every buffer's image read
+        back (into device copies for a kernel judged on the GPU)."""
         bufs = self.buffers(spec)
         _, images = self.seed_data(spec, seed)
         self.upload(spec, bufs, images)
         self.launch(fn, spec, self.args(spec, bufs), shape=shape)
         self.stream.synchronize()  # a fault in the kernel raises here
+        if self.judged_on_device(spec):
+            return {p.name: bufs[p.name].copy() for p in spec.buffers()}
         return {p.name: bufs[p.name].get() for p in spec.buffers()}
 
     def healthy(self) -> bool:
@@ -288,13 +326,17 @@ class Runner:
             raise _Failed(f"{BASELINE_FAILED}: {reason} ({gate.seed_label(seed)})")
         outputs = {p.name: gate.split_canary(after[p.name], p)[0] for p in spec.outputs()}
         if request.check_reference and not gate.is_stress_seed(seed):
-            reference = gate.reference_outputs(spec, inputs)
+            host_inputs = {name: value if gate.array_module(value) is np else value.get()
+                           for name, value in inputs.items()}
+            reference = gate.reference_outputs(spec, host_inputs)
             if reference is None:
                 raise _Failed(f"{BASELINE_FAILED}: spec {spec.name} names no NumPy reference")
-            ok, reason = gate.compare(outputs, reference, spec)
+            host = {name: self.cp.asnumpy(out) for name, out in outputs.items()}
+            ok, reason = gate.compare(host, reference, spec)
             if not ok:
                 raise _Failed(f"{BASELINE_FAILED}: disagrees with the NumPy reference: {reason} ({gate.seed_label(seed)})")
-        return _lru_put(self._baselines, key, outputs, _CACHE_LIMITS["seeds"])
+        limit = _DEVICE_SEEDS if self.judged_on_device(spec) else _CACHE_LIMITS["seeds"]
+        return _lru_put(self._baselines, key, outputs, limit)
 
     def check_seed(self, request, seed: int, when: str = "") -> dict:
         """One launch of the variant on one seed's inputs, judged by the guards in front of
@@ -346,6 +388,7 @@ class Runner:
                         "worker_pid": os.getpid()}
         if request.launch is not None:
             result.notes["launch"] = request.launch.to_json()
+        result.notes["judged_on"] = "gpu" if self.judged_on_device(spec) else "host"
         try:
             result.notes.update(self.check(request))
             if spec.timing == "clock64":

@@ -25,10 +25,12 @@ def _reference(fn: Callable) -> Callable:
     return fn
 
 
-def random_inputs(spec, rng: np.random.Generator) -> Inputs:
+def random_inputs(spec, rng: np.random.Generator, xp=np) -> Inputs:
     """One input set for `spec`: every buffer filled per its fill (outputs zeroed), every scalar.
 
     Param order fixes the order of draws, so a seed gives the same inputs everywhere.
+    ``xp``: the array module the buffers are made in (CuPy, with ``rng`` drawing on the
+    GPU: ``harness.gate.make_inputs``).
     """
     values: Inputs = {}
     for p in spec.params:
@@ -36,7 +38,7 @@ def random_inputs(spec, rng: np.random.Generator) -> Inputs:
         if p.kind == "scalar":
             values[p.name] = dtype.type(p.value)
         elif p.role == "out":
-            values[p.name] = np.zeros(p.count, dtype)
+            values[p.name] = xp.zeros(p.count, dtype)
         elif p.fill == "normal":
             values[p.name] = rng.normal(p.mean, p.std, p.count).astype(dtype)
         elif p.fill == "uniform":
@@ -44,7 +46,7 @@ def random_inputs(spec, rng: np.random.Generator) -> Inputs:
         elif p.fill == "int":
             values[p.name] = rng.integers(int(p.low), int(p.high), p.count).astype(dtype)
         else:
-            values[p.name] = np.full(p.count, p.value, dtype)
+            values[p.name] = xp.full(p.count, p.value, dtype)
     return values
 
 
