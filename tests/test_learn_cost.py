@@ -81,19 +81,25 @@ def test_screening_is_deterministic_and_resumable():
     assert evals == [e["evals"] for e in plain[2] if e["type"] == "generation"]  # same budget
 
 
-def test_screening_finds_better_genomes_for_the_same_budget():
-    def best_after(screen: int, seed: int) -> float:
+def test_screening_measures_better_children():
+    """What the screen does: of S children per place it measures those the model ranks
+    best, so the children it measures are better on average. (Whether the search's final
+    best is better too depends on the draw: over 24 seeds of 30 evaluations it was not,
+    13 to 11 with 6 generations and 9 to 15 with 9, so that is not claimed.)"""
+    def children(screen: int, seed: int) -> list[float]:
         config = cfg(generations=6, pop=5, seed=seed, screen=screen)
-        result = search_kernel("k", config, landscape_measure("k"), lambda e: None,
-                               new_checkpoint(config), lambda: None)
-        return result.best["cycles"]
+        events: list[dict] = []
+        search_kernel("k", config, landscape_measure("k"), events.extend,
+                      new_checkpoint(config), lambda: None)
+        return [e["cycles"] for e in events
+                if e["type"] == "eval" and e["generation"] >= 2 and e.get("cycles")]
 
-    seeds = range(1, 9)
-    plain = [best_after(1, s) for s in seeds]
-    screened = [best_after(4, s) for s in seeds]
-    print(f"mean best cycles over {len(seeds)} seeds, 30 evaluations: plain "
+    seeds = range(1, 17)
+    plain = [c for s in seeds for c in children(1, s)]
+    screened = [c for s in seeds for c in children(4, s)]
+    print(f"mean cycles of the children measured over {len(seeds)} seeds: plain "
           f"{sum(plain) / len(plain):.0f}, screened {sum(screened) / len(screened):.0f}")
-    assert sum(screened) < sum(plain)
+    assert sum(screened) / len(screened) < 0.99 * sum(plain) / len(plain)
 
 
 @needs_ptxas

@@ -8,7 +8,7 @@ import json
 import random
 
 from evo.config import Config
-from evo.learn.steer import favoured_genes, gene_drawer, seed_genomes
+from evo.learn.steer import favoured_genes, gene_drawer, seed_genomes, untried_genes
 from evo.search import new_checkpoint, search_kernel
 from genomes.genome import Genome, parse_inline
 from genomes.variation import mutate
@@ -102,3 +102,31 @@ def test_resume_with_a_prior_equals_an_uninterrupted_run():
         resumed, ckpt_resumed, _ = search(config, PRIOR, checkpoint=saved)
         assert ckpt_resumed == ckpt_straight
         assert resumed.best_genome == straight.best_genome
+
+
+def test_genes_no_kernel_of_the_prior_measured_are_untried():
+    alphabet = [parse_inline(t).genes[0] for t in ("vec_ld(width=4)", "warp_tail", "split_ld")]
+    prior = dict(PRIOR, evidence={"vec_ld(width=4)": 2.0, "split_ld": 0.3})
+    assert [str(g) for g in untried_genes(prior, alphabet)] == ["warp_tail"]
+    assert untried_genes(None, alphabet) == [] and untried_genes(prior, None) == []
+    # the steered draw weighs the untried gene like the mean favoured gene (0.25 of 0.5)
+    draw = gene_drawer(prior, 1.0, alphabet)
+    rng = random.Random(2)
+    drawn = [str(draw(rng)) for _ in range(3000)]
+    assert 0.25 < drawn.count("warp_tail") / len(drawn) < 0.42
+
+
+def test_generation_one_tries_an_untried_gene_on_the_first_seed():
+    from harness.suite import find_kernel
+
+    spec = find_kernel("reduce_sum")  # warp_tail changes it; PRIOR has no evidence on it
+    prior = dict(PRIOR, evidence={k: 1.0 for k in PRIOR["genes"]})
+    config = cfg(generations=1)
+    events: list[dict] = []
+    search_kernel("reduce_sum", config, fake_measure("reduce_sum"), events.extend,
+                  new_checkpoint(config), lambda: None, spec=spec, prior=prior)
+    first = first_generation(events)
+    assert first[:4] == ["(baseline)", "vec_ld(width=4),vec_st(width=4)", "vec_ld(width=4)",
+                         "maxnreg(n=128),vec_ld(width=4)"]
+    untried = first[4].split(",")
+    assert untried[:2] == ["vec_ld(width=4)", "vec_st(width=4)"] and "warp_tail" in untried

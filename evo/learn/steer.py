@@ -9,6 +9,12 @@ steered gene draw for mutation.
   uniformly, as without priors, so the search still explores. Each draw uses the
   search's seeded RNG, one ``random()`` for the choice and one for the gene, so a run
   with priors is as reproducible (and as resumable) as one without.
+* :func:`untried_genes`: genes that change this kernel but that no kernel of the prior
+  was ever measured with (a transform newer than the measurements: ``warp_tail`` was
+  never tried by the H100 searches the shipped priors come from, and a prior that knows
+  only what helped elsewhere would starve it). They get the benefit of the doubt: the
+  steered draw weighs each like the mean favoured gene, and evolve's first generation
+  tries them on top of the prior's first seed.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from genomes.errors import EvoError
 from genomes.genome import Genome, parse_inline
 from genomes.variation import random_gene
 
-from evo.learn.priors import MIN_EFFECT
+from evo.learn.priors import MIN_EFFECT, gene_key
 
 
 def seed_genomes(prior: dict | None, count: int, seen) -> list[Genome]:
@@ -50,11 +56,24 @@ def favoured_genes(prior: dict | None) -> tuple[list, list[float]]:
     return genes, weights
 
 
+def untried_genes(prior: dict | None, alphabet: list | None) -> list:
+    """The genes of ``alphabet`` (those that change the kernel) that no kernel of the
+    prior has evidence on, in alphabet order; none without a prior or an alphabet."""
+    if not prior or not alphabet:
+        return []
+    evidence = prior.get("evidence", {})
+    return [g for g in alphabet if gene_key(g) not in evidence]
+
+
 def gene_drawer(prior: dict | None, rate: float, alphabet: list | None = None):
     """A ``draw(rng, names)`` for ``genomes.variation.mutate`` (see the module docstring),
     or None (mutate's uniform draw) when there is no prior or ``rate`` is 0. The uniform
     part draws from ``alphabet`` where given (the genes that change the kernel)."""
     genes, weights = favoured_genes(prior)
+    untried = untried_genes(prior, alphabet)
+    if untried:
+        doubt = sum(weights) / len(weights) if weights else 1.0
+        genes, weights = genes + untried, weights + [doubt] * len(untried)
     if not genes or rate <= 0:
         return None
 

@@ -60,7 +60,10 @@ With a prior (``search.prior``, from ``evo.learn``: what other kernels' results 
 ``prior_seeds`` of the prior's seed genomes (the stacks of genes it predicts best and the
 nearest kernels' best genomes), then random genomes; and every mutation that puts a gene
 in draws it, with probability ``prior_rate``, from the genes the prior expects to help
-(``evo.learn.steer``). Without a prior nothing changes, down to the random stream.
+(``evo.learn.steer``). Genes that change the kernel but that no kernel of the prior was
+measured with take one seed's place: the first seed with those genes on top (a new
+transform is tried once rather than starved by a prior that never saw it). Without a
+prior nothing changes, down to the random stream.
 
 With ``screen`` = S > 1, each later generation breeds S children per place and measures
 only the places' worth that a cost model (``evo.learn.cost``, trained on the prior's rows
@@ -81,7 +84,7 @@ from genomes.variation import (crossover_one_point, crossover_uniform, mutate, r
                                random_genome)
 
 from evo.learn.cost import screen_genomes
-from evo.learn.steer import gene_drawer, seed_genomes
+from evo.learn.steer import gene_drawer, seed_genomes, untried_genes
 
 RETRIES = 4  # extra mutations to turn an already-seen child into a new genome
 
@@ -236,8 +239,15 @@ def _first_generation(tb: base.Toolbox, search, generation: int) -> list[Individ
     if cfg.init == "sweep":
         return [Individual(g) for g in _sweep_and_stack(tb, search, generation)]
     genomes = [Genome()]
-    genomes += seed_genomes(search.prior, min(cfg.prior_seeds, pop_size - 1),
+    untried = untried_genes(search.prior, search.draw_from())
+    places = min(cfg.prior_seeds, pop_size - 1) - (1 if untried else 0)
+    genomes += seed_genomes(search.prior, max(places, 0),
                             lambda g: g in genomes or search.seen(g))
+    if untried and len(genomes) < pop_size:  # steer.untried_genes: on top of the first seed
+        top = genomes[1].genes if len(genomes) > 1 else ()
+        trial = Genome(tuple(top) + tuple(untried)).effective()
+        if trial not in genomes and not search.seen(trial):
+            genomes.append(trial)
     while len(genomes) < pop_size:
         genomes.append(_novel(tb.individual(), genomes, search, tb).genome)
     return [Individual(g) for g in genomes]
