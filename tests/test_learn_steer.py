@@ -11,7 +11,8 @@ from evo.config import Config
 from evo.learn.steer import favoured_genes, gene_drawer, seed_genomes, untried_genes
 from evo.search import new_checkpoint, search_kernel
 from genomes.genome import Genome, parse_inline
-from genomes.variation import mutate
+from evo.learn.priors import gene_key
+from genomes.variation import applicable, gene_alphabet, mutate
 from test_search import fake_measure
 
 PRIOR = {"genes": {"vec_ld(width=4)": 0.4, "vec_st(width=4)": 0.1, "maxnreg(n=32)": -0.7,
@@ -119,8 +120,10 @@ def test_genes_no_kernel_of_the_prior_measured_are_untried():
 def test_generation_one_tries_an_untried_gene_on_the_first_seed():
     from harness.suite import find_kernel
 
-    spec = find_kernel("reduce_sum")  # warp_tail changes it; PRIOR has no evidence on it
-    prior = dict(PRIOR, evidence={k: 1.0 for k in PRIOR["genes"]})
+    spec = find_kernel("reduce_sum")  # warp_tail changes it; the prior has no evidence on it
+    alphabet = applicable(gene_alphabet(), spec.ptx_text(), spec.launch)
+    known = {gene_key(g): 1.0 for g in alphabet if g.transform != "warp_tail"}
+    prior = dict(PRIOR, evidence=known)
     config = cfg(generations=1)
     events: list[dict] = []
     search_kernel("reduce_sum", config, fake_measure("reduce_sum"), events.extend,
@@ -128,5 +131,10 @@ def test_generation_one_tries_an_untried_gene_on_the_first_seed():
     first = first_generation(events)
     assert first[:4] == ["(baseline)", "vec_ld(width=4),vec_st(width=4)", "vec_ld(width=4)",
                          "maxnreg(n=128),vec_ld(width=4)"]
-    untried = first[4].split(",")
-    assert untried[:2] == ["vec_ld(width=4)", "vec_st(width=4)"] and "warp_tail" in untried
+    assert first[4] == "vec_ld(width=4),vec_st(width=4),warp_tail"
+    # a thin prior (most genes untried) keeps its seeds: the draw's doubt covers the rest
+    thin = dict(PRIOR, evidence={})
+    events.clear()
+    search_kernel("reduce_sum", config, fake_measure("reduce_sum"), events.extend,
+                  new_checkpoint(config), lambda: None, spec=spec, prior=thin)
+    assert first_generation(events)[4] == "vec_st(width=4)"

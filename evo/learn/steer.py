@@ -14,7 +14,8 @@ steered gene draw for mutation.
   never tried by the H100 searches the shipped priors come from, and a prior that knows
   only what helped elsewhere would starve it). They get the benefit of the doubt: the
   steered draw weighs each like the mean favoured gene, and evolve's first generation
-  tries them on top of the prior's first seed.
+  tries them on top of the prior's first seed (``first_seed_with_untried``; not when
+  more than ``UNTRIED_SEED_MAX`` are untried: then the prior is thin, not the genes new).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from genomes.genome import Genome, parse_inline
 from genomes.variation import random_gene
 
 from evo.learn.priors import MIN_EFFECT, gene_key
+
+UNTRIED_SEED_MAX = 3  # untried genes that generation 1 puts on the first seed, at most
 
 
 def seed_genomes(prior: dict | None, count: int, seen) -> list[Genome]:
@@ -63,6 +66,17 @@ def untried_genes(prior: dict | None, alphabet: list | None) -> list:
         return []
     evidence = prior.get("evidence", {})
     return [g for g in alphabet if gene_key(g) not in evidence]
+
+
+def first_seed_with_untried(prior: dict | None, alphabet: list | None,
+                            seeds: list[Genome]) -> Genome | None:
+    """The genome with which generation 1 tries the untried genes: the first seed (or
+    nothing) with them on top; None when none, or more than ``UNTRIED_SEED_MAX``, are."""
+    untried = untried_genes(prior, alphabet)
+    if not untried or len(untried) > UNTRIED_SEED_MAX:
+        return None
+    top = seeds[0].genes if seeds else ()
+    return Genome(tuple(top) + tuple(untried)).effective()
 
 
 def gene_drawer(prior: dict | None, rate: float, alphabet: list | None = None):

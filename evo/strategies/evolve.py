@@ -84,7 +84,7 @@ from genomes.variation import (crossover_one_point, crossover_uniform, mutate, r
                                random_genome)
 
 from evo.learn.cost import screen_genomes
-from evo.learn.steer import gene_drawer, seed_genomes, untried_genes
+from evo.learn.steer import first_seed_with_untried, gene_drawer, seed_genomes
 
 RETRIES = 4  # extra mutations to turn an already-seen child into a new genome
 
@@ -239,15 +239,12 @@ def _first_generation(tb: base.Toolbox, search, generation: int) -> list[Individ
     if cfg.init == "sweep":
         return [Individual(g) for g in _sweep_and_stack(tb, search, generation)]
     genomes = [Genome()]
-    untried = untried_genes(search.prior, search.draw_from())
-    places = min(cfg.prior_seeds, pop_size - 1) - (1 if untried else 0)
-    genomes += seed_genomes(search.prior, max(places, 0),
-                            lambda g: g in genomes or search.seen(g))
-    if untried and len(genomes) < pop_size:  # steer.untried_genes: on top of the first seed
-        top = genomes[1].genes if len(genomes) > 1 else ()
-        trial = Genome(tuple(top) + tuple(untried)).effective()
-        if trial not in genomes and not search.seen(trial):
-            genomes.append(trial)
+    places = min(cfg.prior_seeds, pop_size - 1)
+    seeds = seed_genomes(search.prior, places, lambda g: g in genomes or search.seen(g))
+    untried = first_seed_with_untried(search.prior, search.draw_from(), seeds)
+    if untried is not None and untried not in seeds and not search.seen(untried):
+        seeds = seeds[:places - 1] + [untried]  # it takes the last seed's place
+    genomes += seeds
     while len(genomes) < pop_size:
         genomes.append(_novel(tb.individual(), genomes, search, tb).genome)
     return [Individual(g) for g in genomes]
