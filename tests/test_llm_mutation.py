@@ -242,9 +242,12 @@ def test_a_run_with_llm_crossover_sends_crossover_prompts(llm_server, tmp_path, 
         f.write("crossover = 1.0\n")
     assert main(["run", "--config", config, "--generations", "2", "--out", "run", "-q"]) == 0
     prompts = [r.body["messages"][-1]["content"] for r in llm_server.requests]
-    assert prompts and all("# The second parent:" in p for p in prompts)
+    crossovers = [p for p in prompts if "# The second parent:" in p]
+    # A child whose fellow offspring all share its genome has no mate; it is mutated instead
+    # (evolve._llm_child), so not every prompt need be a crossover, but most are.
+    assert len(crossovers) > len(prompts) / 2
     assert json.loads((tmp_path / "run" / "checkpoint.json").read_text())["llm"]["crossover"] \
-        == len(prompts)
+        == len(crossovers)
 
 
 @needs_ptxas
