@@ -134,6 +134,7 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
     owned = backend is None
     backend = backend or make_backend(backend_kind, seed=base.run.seed,
                                       cluster=base.cluster.address,
+                                      cluster_compile=base.cluster.compile,
                                       timing=base.to_dict()["timing"])
     lock, stop = threading.Lock(), threading.Event()
     wall_before, started = results.get("wall_seconds", 0.0), time.perf_counter()

@@ -17,6 +17,7 @@ from typing import Any, get_type_hints
 
 from genomes.errors import EvoError
 from harness.backends import BACKENDS  # each list of names has one owner, re-exported here
+from harness.backends.cluster import COMPILE_ON
 
 from evo.strategies import NAMES as STRATEGIES
 
@@ -104,6 +105,9 @@ class ClusterConfig:
     address: str = _opt("", doc="measure on a Dask cluster: local or local:N (worker processes "
                                 "here, one per GPU by default), or a scheduler's tcp://HOST:PORT; "
                                 "'' = this machine's GPUs ([run] gpus)")
+    compile: str = _opt("auto", choices=COMPILE_ON,
+                        doc="where ptxas runs: on the workers' hosts, on this (driver) host, or "
+                            "auto (driver for a local cluster, workers for a scheduler address)")
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
               if config.run.strategy == "evolve" else None)  # only evolve uses priors
     backend = make_backend(config.run.backend, store=store, gpus=config.run.gpus,
                            cluster=config.cluster.address,
+                           cluster_compile=config.cluster.compile,
                            device=config.run.device or None, seed=config.run.seed,
                            timing=config.to_dict()["timing"])
     checkpoint.setdefault("backend", backend.describe())

@@ -32,6 +32,7 @@ from pathlib import Path
 from genomes.errors import EvoError
 from genomes.variation import random_genome
 from harness.backends import BACKENDS, make_backend
+from harness.backends.cluster import COMPILE_ON
 from harness.evaluate import Evaluator
 from harness.store import Store
 from harness.suite import find_kernel, gemm_tiles
@@ -41,7 +42,8 @@ STATIC_TAG = "static estimate, not measured"
 
 def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, seed: int = 0,
               gpus: list[int] | None = None, kernels: list[str] | None = None,
-              max_len: int = 4, ahead: int = 2, cluster: str = "", in_flight: int = 1) -> dict:
+              max_len: int = 4, ahead: int = 2, cluster: str = "", in_flight: int = 1,
+              cluster_compile: str = "auto") -> dict:
     """Run the benchmark for about ``seconds``; return the JSON-safe summary."""
     rng = random.Random(seed)
     names = kernels or gemm_tiles()
@@ -50,7 +52,7 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
     with tempfile.TemporaryDirectory(prefix="evo-bench-") as tmp, \
             Store(Path(tmp, "store.sqlite")) as store, \
             make_backend(backend_kind, store=store, gpus=gpus, seed=seed,
-                         cluster=cluster) as backend:
+                         cluster=cluster, cluster_compile=cluster_compile) as backend:
         evaluator = Evaluator(backend, store)
         drawn = 0
 
@@ -93,6 +95,7 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
             "in_flight": in_flight,
             "compile_pool": evaluator.workers, "cluster": cluster or None,
             "cluster_offers": backend.offers() if cluster else None,
+            "compiled_on_workers": getattr(backend, "compiled_on_workers", 0),
             "unique_candidates_per_s": round(stats["compiled"] / elapsed, 3) if elapsed else 0.0,
             "measured_per_s": round(stats["measured"] / elapsed, 3) if elapsed else 0.0,
             "genomes_per_s": round(stats["genomes"] / elapsed, 3) if elapsed else 0.0,
@@ -111,8 +114,9 @@ def format_summary(s: dict) -> str:
         f"{s['seconds']:.1f} s, {s['batches']} batches of {s['batch_size']} genomes over {s['kernels']} kernels, "
         f"compile pool {s['compile_pool']}, {s['ahead']} batches prepared ahead, "
         f"{s.get('in_flight', 1)} measured at once"
-        + (f", Dask cluster {s['cluster']} ({s['cluster_offers']['workers']} workers)"
-           if s.get("cluster") else ""),
+        + (f", Dask cluster {s['cluster']} ({s['cluster_offers']['workers']} workers"
+           + (f", {s['compiled_on_workers']} PTX compiled there" if s.get("compiled_on_workers")
+              else "") + ")" if s.get("cluster") else ""),
         f"unique candidates/s: {s['unique_candidates_per_s']:.2f}  (measured/s {s['measured_per_s']:.2f}, "
         f"genomes/s {s['genomes_per_s']:.2f})",
         f"genomes {p['genomes']}, unique PTX {p['unique_ptx']} (store hits {p['ptx_hits']}, "
@@ -145,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", default="",
                         help="measure on a Dask cluster: local[:N] or tcp://HOST:PORT "
                              "(harness.backends.cluster)")
+    parser.add_argument("--cluster-compile", default="auto", choices=COMPILE_ON,
+                        help="where ptxas runs with --cluster: the workers' hosts, this host, or "
+                             "auto (this host for local, the workers for a scheduler address)")
     parser.add_argument("--kernels", help="comma-separated kernel names (default: the 64 gemm_tiles)")
     parser.add_argument("--out", type=Path, help="write the JSON summary here")
     args = parser.parse_args(argv)
@@ -153,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
         summary = run_bench(args.seconds, args.backend, args.batch, args.seed, gpus, kernels,
                             ahead=max(1, args.ahead), cluster=args.cluster,
-                            in_flight=max(1, args.in_flight))
+                            in_flight=max(1, args.in_flight),
+                            cluster_compile=args.cluster_compile)
     except (EvoError, ValueError) as err:
         print(f"bench_throughput: error: {err}", file=sys.stderr)
         return 2

@@ -5,7 +5,8 @@ For one kernel and a batch of genomes, :meth:`Evaluator.evaluate`
 1. materializes each genome with ``apply_genome`` (per-gene outcomes go in the returned
    Measurement's ``notes["genes"]``);
 2. hashes the PTX and asks the store (PTX level): an identical PTX is never compiled again;
-3. compiles the misses with ptxas in parallel (``compile_many``, one thread per CPU); a
+3. compiles the misses with ptxas in parallel (the backend's ``compile_many``: one thread
+   per CPU here, or on a cluster's workers); a
    ptxas failure is an invalid result with reason ``"ptxas error: ..."``, stored too.
    For a backend timing with clock64 (the GPU), each variant is assembled together with
    its instrumented twin, one ptxas run for both (``instrument.with_clock_twin``);
@@ -35,7 +36,7 @@ from genomes.genome import Applied, Genome, apply_genome
 from genomes.launch import Launch
 from harness import record
 from harness.backends import Backend, Variant
-from harness.compile import compile_many, ptx_hash
+from harness.compile import ptx_hash
 from harness.instrument import clock_entry_name
 from harness.record import Measurement
 from harness.sass import cubin_text_hash
@@ -207,13 +208,13 @@ class Evaluator:
         # per candidate, not two; the twin of a code the store then knows is wasted, ~8 %).
         todo = [v for h, v in b.by_ptx.items() if h not in b.result]
         start = time.perf_counter()
-        compiled = compile_many([v.twin_ptx or v.ptx for v in todo], self.arch,
-                                workers=self.workers)
+        compiled = self.backend.compile_many([v.twin_ptx or v.ptx for v in todo], self.arch,
+                                             self.workers)
         # A module whose twin breaks it says nothing about the variant: assemble that alone
         # (the backend then instruments it apart, and reports why the twin fails).
         alone = [i for i, (v, c) in enumerate(zip(todo, compiled)) if v.twin_ptx and not c.ok]
-        for i, c in zip(alone, compile_many([todo[i].ptx for i in alone], self.arch,
-                                            workers=self.workers)):
+        for i, c in zip(alone, self.backend.compile_many([todo[i].ptx for i in alone],
+                                                         self.arch, self.workers)):
             todo[i].twin_ptx, compiled[i] = None, c
         stats.compile_seconds += time.perf_counter() - start
         stats.compiled += len(todo)

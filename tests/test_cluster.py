@@ -143,3 +143,27 @@ def test_local_workers_may_start_child_processes():
     finally:
         client.close()
         cluster.close()
+
+
+@needs_ptxas
+def test_compiling_on_the_workers_answers_as_compiling_here():
+    spec = find_kernel("gemm_tile_2x4x4")
+    with make_backend("static") as alone:
+        expected = _answers(alone, spec)
+    with make_backend("static", cluster="local:2", cluster_compile="workers") as cluster:
+        assert cluster.compile_on == "workers" and "compiling there" in cluster.describe()
+        assert _answers(cluster, spec) == expected
+        # every PTX the evaluator compiled went to the workers (baseline and 8 genomes,
+        # less those whose PTX is the baseline's or another's)
+        assert cluster.compiled_on_workers >= 5
+    with make_backend("static", cluster="local:2") as here:  # auto: a local cluster's
+        assert here.compile_on == "driver"                   # workers share these cores
+        assert _answers(here, spec) == expected and here.compiled_on_workers == 0
+
+
+def test_a_bad_compile_place_is_one_clear_error():
+    from genomes.errors import EvoError
+    from harness.backends.cluster import ClusterBackend
+
+    with pytest.raises(EvoError, match="compile = 'gpu'"):
+        ClusterBackend("local:1", "static", compile_on="gpu")

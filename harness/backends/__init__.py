@@ -6,6 +6,8 @@ does not care whether numbers come from a GPU, from the store, or from a static 
 * ``name``: "gpu", "replay" or "static"; ``device``: the device name results are stored
   under (a GPU's name, or ``"static"``);
 * ``writes_store``: whether the pipeline should store what it answers (replay: no);
+* ``compile_many(ptx_list, arch, workers) -> list[CompileResult]``: ptxas over the batch
+  (default: threads on this host; the cluster backend may compile on its workers' hosts);
 * ``measure_many(spec, variants, baseline=None) -> list[Measurement]``, one per variant, in
   order. Every variant handed over compiled cleanly and has a unique ``code_hash``;
   ``baseline`` is the kernel's baseline measurement when known (for the >10x flag);
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from genomes.errors import EvoError
 from genomes.genome import GeneOutcome, Genome
 from genomes.launch import Launch
-from harness.compile import CompileResult
+from harness.compile import CompileResult, compile_many
 from harness.record import Measurement
 
 BACKENDS = ("auto", "gpu", "replay", "static")
@@ -61,6 +63,10 @@ class Backend:
     remeasures = False  # a second measurement of the same code is a new reading (gpu), not a copy
     chosen_because = ""
 
+    def compile_many(self, ptx_list: list[str], arch: str, workers: int) -> list[CompileResult]:
+        """Each PTX assembled by ptxas, in order (``harness.compile.compile_many``)."""
+        return compile_many(ptx_list, arch, workers=workers)
+
     def prepare(self, spec, variants: list[Variant]) -> None:
         """CPU work ahead of ``measure_many`` (run while another batch is measured)."""
 
@@ -98,19 +104,21 @@ def gpu_visible() -> tuple[bool, str]:
 
 def make_backend(kind: str, *, store=None, gpus: list[int] | None = None, device: str | None = None,
                  seed: int = 0, arch: str = "sm_90", timing: dict | None = None,
-                 cluster: str = "") -> Backend:
+                 cluster: str = "", cluster_compile: str = "auto") -> Backend:
     """Build a backend by name. ``store`` is needed by replay; ``gpus`` by gpu (default [0]);
     ``device`` names replay's device (default: the store's only GPU device); ``timing``
     holds the gpu backend's measuring knobs (check_sets, warmup, min_reps, max_reps,
     target_rel_sem, timeout_s), as in evo.toml's [timing]. ``cluster`` (``local[:N]`` or a
     Dask scheduler address): measure on that cluster's workers with the gpu or static
-    backend (``harness.backends.cluster``; auto: gpu when every worker sees a GPU)."""
+    backend (``harness.backends.cluster``; auto: gpu when every worker sees a GPU);
+    ``cluster_compile``: where its ptxas runs (``harness.backends.cluster.COMPILE_ON``)."""
     if kind not in BACKENDS:
         raise EvoError(f"unknown backend {kind!r}; one of {', '.join(BACKENDS)}")
     if cluster:
         from harness.backends.cluster import ClusterBackend
 
-        return ClusterBackend(cluster, kind, {"seed": seed, "arch": arch, "timing": timing})
+        return ClusterBackend(cluster, kind, {"seed": seed, "arch": arch, "timing": timing},
+                              compile_on=cluster_compile)
     why = ""
     if kind == "auto":
         ok, reason = gpu_visible()

@@ -7,10 +7,16 @@ Each Dask worker holds one measuring backend of the run's kind, made the first t
 lands there and kept for the worker's life: "gpu", a ``GpuBackend`` on the worker's GPU
 (one Dask worker per GPU: dask-cuda's LocalCUDACluster, or ``dask worker --nworkers 1``
 started with ``CUDA_VISIBLE_DEVICES`` set; inside it, the usual crash-proof GPU worker
-process), or "static" (CPU estimates: how CI runs the cluster path). The driver submits one
-task per candidate and gathers the answers in order; the scheduler runs each on a free
-worker, so a batch spreads over the cluster. Candidates arrive compiled; a GPU worker
-instruments clock64 twins on its own host's cores when they are missing.
+process), or "static" (CPU estimates: how CI runs the cluster path). The driver splits a
+batch into one task per worker and gathers the answers in order. A GPU worker instruments
+clock64 twins on its own host's cores when they are missing.
+
+Where ptxas runs (``compile_on``, ``[cluster] compile``): "workers" splits each batch's
+PTX over the workers, each compiling its share on its host's cores (its share of them,
+where several workers share a host), so that a cluster's CPUs, not the driver's, bound
+the ptxas stage; "driver" compiles here as without a cluster; "auto" (the default) is
+"driver" for a ``local`` cluster, whose workers share the driver's cores anyway, and
+"workers" for a scheduler address.
 
 A worker that dies takes its running tasks with it: the scheduler gives them to another
 worker (``distributed.scheduler.allowed-failures`` times), so the run goes on, nothing is
@@ -37,6 +43,7 @@ from harness.record import Measurement
 
 INNER = ("auto", "gpu", "static")  # what a cluster worker can measure with (auto: gpu
 # when every worker sees a GPU, else static)
+COMPILE_ON = ("auto", "workers", "driver")  # where ptxas runs (module docstring)
 
 
 def _client_for(address: str):
@@ -133,6 +140,17 @@ def measure_on_worker(kind: str, options: str, spec, ptx_text: str, variants: li
     return backend.measure_many(_local_spec(spec, ptx_text), variants, baseline)
 
 
+def compile_on_worker(ptx_list: list[str], arch: str, threads: int) -> list:
+    """CompileResults for ``ptx_list``, assembled on this worker's host (one Dask task)."""
+    from harness.compile import compile_many
+
+    return compile_many(ptx_list, arch, workers=threads)
+
+
+def worker_cpus() -> int:
+    return os.cpu_count() or 1
+
+
 def worker_device(kind: str, options: str, dask_worker=None) -> str:
     """The device this worker's backend measures on (run on every worker at the start,
     by ``Client.run``, which passes the worker itself as ``dask_worker``)."""
@@ -140,14 +158,31 @@ def worker_device(kind: str, options: str, dask_worker=None) -> str:
 
 
 # --------------------------------------------------------------------------- driver side
+def _threads_per_worker(client) -> dict:
+    """Worker address -> ptxas threads for its compile share: its host's cores divided
+    among the workers on that host (a host with two GPU workers gives each half)."""
+    cpus = client.run(worker_cpus)
+    hosts: dict = {}
+    for address in cpus:
+        hosts.setdefault(_host(address), []).append(address)
+    return {a: max(1, cpus[a] // len(hosts[_host(a)])) for a in cpus}
+
+
+def _host(address: str) -> str:
+    return address.rsplit(":", 1)[0]
+
+
 class ClusterBackend(Backend):
     """Measures on a Dask cluster's workers (see the module docstring)."""
 
     name = "cluster"
 
-    def __init__(self, address: str, kind: str, options: dict | None = None):
+    def __init__(self, address: str, kind: str, options: dict | None = None,
+                 compile_on: str = "auto"):
         if kind not in INNER:
             raise EvoError(f"--cluster measures with the gpu or static backend, not {kind!r}")
+        if compile_on not in COMPILE_ON:
+            raise EvoError(f"[cluster] compile = {compile_on!r}: one of {', '.join(COMPILE_ON)}")
         self.client, self._cluster = _client_for(address)
         if kind == "auto":
             seen = self.client.run(worker_sees_gpu)
@@ -174,12 +209,42 @@ class ClusterBackend(Backend):
         self.device = names.pop()
         self.workers = set(devices)
         self.lost_workers = 0
-        self.chosen_because = f"{kind} on {len(devices)} Dask workers at {address}"
+        if compile_on == "auto":
+            compile_on = "driver" if address.split(":")[0] == "local" else "workers"
+        self.compile_on = compile_on
+        self.compiled_on_workers = 0  # PTX texts the workers assembled
+        self._compile_threads = _threads_per_worker(self.client) if compile_on == "workers" \
+            else {}
+        self.chosen_because = f"{kind} on {len(devices)} Dask workers at {address}" + \
+            (", compiling there" if compile_on == "workers" else "")
 
     def offers(self) -> dict:
         """What the cluster offers now: workers and their threads (measure slots)."""
         info = self.client.scheduler_info()["workers"]
         return {"workers": len(info), "slots": sum(w.get("nthreads", 1) for w in info.values())}
+
+    def compile_many(self, ptx_list: list[str], arch: str, workers: int) -> list:
+        """ptxas on the workers' hosts (``compile_on`` "workers"), else here: the batch split
+        in one share per worker, each share pinned to its worker (another takes it over if
+        that worker dies), answers in input order."""
+        if self.compile_on != "workers" or not ptx_list:
+            return super().compile_many(ptx_list, arch, workers)
+        names = sorted(self._compile_threads) or [None]
+        parts = max(1, min(len(ptx_list), len(names)))
+        futures = [self.client.submit(compile_on_worker, ptx_list[i::parts], arch,
+                                      self._compile_threads.get(names[i], 1), pure=False,
+                                      workers=[names[i]] if names[i] else None,
+                                      allow_other_workers=True)
+                   for i in range(parts)]
+        try:
+            shares = self.client.gather(futures)
+        except EvoError as err:  # e.g. no ptxas on a worker: say where
+            raise EvoError(f"--cluster {self.address}: compiling on the workers: {err}") from None
+        results: list = [None] * len(ptx_list)
+        for i, share in enumerate(shares):
+            results[i::parts] = share
+        self.compiled_on_workers += len(ptx_list)
+        return results
 
     def measure_many(self, spec, variants: list[Variant],
                      baseline: Measurement | None = None) -> list[Measurement]:
@@ -202,6 +267,8 @@ class ClusterBackend(Backend):
     def _count_lost(self) -> None:
         now = set(self.client.scheduler_info()["workers"])
         self.lost_workers += len(self.workers - now)
+        if now != self.workers and self.compile_on == "workers":  # restarted ones get shares
+            self._compile_threads = _threads_per_worker(self.client)
         self.workers = now
 
     def describe(self) -> str:
