@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                    + _config_default("store"))
     p.add_argument("--jobs", type=int, metavar="N",
                    help="kernels searched at once, each in its own thread; what each finds "
-                        "does not depend on it (default: [run] jobs of the config, else 1)")
+                        "does not depend on it; 0: two per GPU or cluster worker (default: "
+                        "[run] jobs of the config, else 1)")
     p.add_argument("--priors", metavar="auto|none|FILE",
                    help="learn from other kernels' results (evolve): auto (default: the "
                         "priors shipped with evo plus this store), none (a cold start), or a "

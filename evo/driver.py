@@ -56,6 +56,21 @@ class KernelLedger:
         return pending
 
 
+AUTO_JOBS_PER_SLOT = 2  # [run] jobs = 0: kernels per measuring slot (one measured, one prepared)
+
+
+def jobs_for(requested: int, offers: dict, kernels: int, llm: bool) -> int:
+    """Kernels searched at once: ``requested``, or for 0 (auto) two per candidate the
+    backend measures at once (``Backend.offers``), so that every GPU or worker has a batch
+    to measure while the next one is applied and compiled; one with the LLM on (its
+    operator works on one kernel at a time); never more than there are kernels."""
+    if requested > 0:
+        return requested
+    if llm:
+        return 1
+    return max(1, min(kernels, AUTO_JOBS_PER_SLOT * offers.get("measure_slots", 1)))
+
+
 def each_kernel(items: list, work, jobs: int, stop: threading.Event) -> list:
     """``work(item, slot)`` for every item, ``jobs`` at a time (``slot`` in 0..jobs-1 says
     which of the running ones it is: a progress bar's line); results in item order. The

@@ -26,7 +26,7 @@ from harness.suite import find_kernel, list_kernels
 from evo import config as config_mod
 from evo import report, runmeta
 from evo.config import Config
-from evo.driver import KernelLedger, Stopped, each_kernel
+from evo.driver import AUTO_JOBS_PER_SLOT, KernelLedger, Stopped, each_kernel, jobs_for
 from evo.learn import source as learn_source
 from evo.learn.observe import link_results
 from evo.progress import Progress
@@ -145,7 +145,11 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     if run.fresh:  # set up without error: the run has started, and is the newest
         run.link_latest()
     lock, stop = threading.Lock(), threading.Event()
-    if config.run.jobs > 1 and llm is not None:
+    jobs = jobs_for(config.run.jobs, backend.offers(), len(kernels), llm is not None)
+    if config.run.jobs == 0:
+        progress.note(f"searching {jobs} kernel(s) at once ([run] jobs = 0: "
+                      f"{AUTO_JOBS_PER_SLOT} per measuring slot)")
+    if jobs > 1 and llm is not None:
         raise EvoError("[run] jobs > 1 searches kernels at once, and the LLM operator works on "
                        "one kernel at a time: set jobs = 1 or [llm] rate = 0")
 
@@ -193,7 +197,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
 
     try:
         with _sigterm_as_interrupt(), backend:
-            results = each_kernel(kernels, one_kernel, config.run.jobs, stop)
+            results = each_kernel(kernels, one_kernel, jobs, stop)
     except KeyboardInterrupt:
         progress.close()
         print(f"evo: interrupted; the last finished generation is saved. Continue with:\n"

@@ -122,6 +122,7 @@ def test_gpu_backend_builds_requests_and_spreads_over_gpus():
         return workers[gpu]
 
     backend = GpuBackend([0, 1], seed=7, worker_factory=factory)
+    assert backend.offers()["measure_slots"] == 2  # a candidate per GPU at a time
     # No apply pool (as on a machine with few cores): the backend instruments each variant
     # itself (test_evaluate covers the pool's variant-and-twin modules).
     ev = Evaluator(backend, Store(":memory:"), apply_workers=0)

@@ -4,6 +4,8 @@ mid-batch loses nothing."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from conftest import needs_ptxas
@@ -33,7 +35,8 @@ def test_a_local_cluster_answers_as_the_backend_alone():
     with make_backend("static") as alone:
         expected = _answers(alone, spec)
     with make_backend("static", cluster="local:2") as cluster:
-        assert cluster.offers() == {"workers": 2, "slots": 2}
+        assert cluster.offers() == {"workers": 2, "slots": 2, "measure_slots": 2,
+                                    "compile_slots": os.cpu_count() or 1}  # compiled here
         assert cluster.device == "static" and "2 Dask workers" in cluster.describe()
         assert _answers(cluster, spec) == expected
 
@@ -152,6 +155,8 @@ def test_compiling_on_the_workers_answers_as_compiling_here():
         expected = _answers(alone, spec)
     with make_backend("static", cluster="local:2", cluster_compile="workers") as cluster:
         assert cluster.compile_on == "workers" and "compiling there" in cluster.describe()
+        # two workers on this one host: each compiles on half its cores
+        assert cluster.offers()["compile_slots"] == 2 * max(1, (os.cpu_count() or 1) // 2)
         assert _answers(cluster, spec) == expected
         # every PTX the evaluator compiled went to the workers (baseline and 8 genomes,
         # less those whose PTX is the baseline's or another's)

@@ -11,6 +11,9 @@ does not care whether numbers come from a GPU, from the store, or from a static 
 * ``measure_many(spec, variants, baseline=None) -> list[Measurement]``, one per variant, in
   order. Every variant handed over compiled cleanly and has a unique ``code_hash``;
   ``baseline`` is the kernel's baseline measurement when known (for the >10x flag);
+* ``offers() -> dict``: what it can do at once, for the caller to size its work:
+  ``measure_slots`` (candidates measured at once: GPUs, cluster workers) and
+  ``compile_slots`` (ptxas processes at once);
 * ``close()``.
 
 ``make_backend("auto" | "gpu" | "replay" | "static", ...)`` builds one; "auto" picks the GPU
@@ -19,6 +22,7 @@ when CuPy imports and sees a device, else static, and says which in ``chosen_bec
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from genomes.errors import EvoError
@@ -66,6 +70,11 @@ class Backend:
     def compile_many(self, ptx_list: list[str], arch: str, workers: int) -> list[CompileResult]:
         """Each PTX assembled by ptxas, in order (``harness.compile.compile_many``)."""
         return compile_many(ptx_list, arch, workers=workers)
+
+    def offers(self) -> dict:
+        """What the backend does at once (module docstring): one candidate, ptxas on every
+        core here."""
+        return {"measure_slots": 1, "compile_slots": os.cpu_count() or 1}
 
     def prepare(self, spec, variants: list[Variant]) -> None:
         """CPU work ahead of ``measure_many`` (run while another batch is measured)."""

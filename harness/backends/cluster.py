@@ -219,9 +219,14 @@ class ClusterBackend(Backend):
             (", compiling there" if compile_on == "workers" else "")
 
     def offers(self) -> dict:
-        """What the cluster offers now: workers and their threads (measure slots)."""
+        """What the cluster offers now: workers and their threads; a candidate measured at
+        once per worker (one GPU each); ptxas on the workers' shares of their hosts' cores
+        (``compile_on`` "workers") or here."""
         info = self.client.scheduler_info()["workers"]
-        return {"workers": len(info), "slots": sum(w.get("nthreads", 1) for w in info.values())}
+        compile_slots = sum(self._compile_threads.values()) if self.compile_on == "workers" \
+            else os.cpu_count() or 1
+        return {"workers": len(info), "slots": sum(w.get("nthreads", 1) for w in info.values()),
+                "measure_slots": len(info), "compile_slots": compile_slots}
 
     def compile_many(self, ptx_list: list[str], arch: str, workers: int) -> list:
         """ptxas on the workers' hosts (``compile_on`` "workers"), else here: the batch split

@@ -134,6 +134,9 @@ class GpuBackend(Backend):
         data = sum(p.nbytes for p in spec.buffers())
         return self.timeout_s + sets * per_set * data / (256 << 20)
 
+    def offers(self) -> dict:
+        return {**super().offers(), "measure_slots": len(self.workers)}  # one per GPU
+
     # ------------------------------------------------------------------ measuring
     def measure_many(self, spec, variants: list[Variant],
                      baseline: Measurement | None = None) -> list[Measurement]:
