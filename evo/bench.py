@@ -42,6 +42,7 @@ from genomes.errors import EvoError
 from genomes.genome import Genome
 
 from evo.config import Config
+from evo.driver import each_kernel
 from evo.learn.observe import link_results
 from evo.rundir import write_atomic
 from evo.search import new_checkpoint, search_kernel
@@ -112,7 +113,6 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
 
     ``priors`` (an ``evo.learn.source.BenchPriors``) gives the ``WITH_PRIORS`` strategies
     their priors; they run after the other strategies have finished every kernel."""
-    import concurrent.futures
     import contextlib
     import threading
 
@@ -169,27 +169,21 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
         stores.mkdir(exist_ok=True)
         results["device"] = backend.device
         results["backend"] = backend.describe()
-        pool = concurrent.futures.ThreadPoolExecutor(max(1, jobs), thread_name_prefix="bench")
         phases = ([s for s in order if s not in WITH_PRIORS],
                   [s for s in order if s in WITH_PRIORS])
-        try:
-            for names in filter(None, phases):
-                source = None
-                if names is phases[1]:  # the others are done: what to learn from is known
-                    source = priors.open(stores, results, phases[0], progress) if priors else None
-                    if source is None:
-                        progress(f"{', '.join(names)}: waiting until the other strategies "
-                                 "have finished every kernel (run the same command again)")
-                        break
-                    results["priors"] = source.describe()
-                for future in concurrent.futures.as_completed(
-                        [pool.submit(run_kernel, k, names, source) for k in kernels]):
-                    future.result()  # the first failure (or Ctrl-C) stops the rest
-        except BaseException:
-            stop.set()  # running searches stop at their next batch; what finished is saved
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        for names in filter(None, phases):
+            source = None
+            if names is phases[1]:  # the others are done: what to learn from is known
+                source = priors.open(stores, results, phases[0], progress) if priors else None
+                if source is None:
+                    progress(f"{', '.join(names)}: waiting until the other strategies "
+                             "have finished every kernel (run the same command again)")
+                    break
+                results["priors"] = source.describe()
+            # evo run's driver: the first failure (or Ctrl-C) sets ``stop``, so running
+            # searches stop at their next batch; what finished is saved
+            each_kernel(kernels, lambda k, _slot, n=names, s=source: run_kernel(k, n, s),
+                        max(1, jobs), stop)
         if backend.remeasures:  # a GPU: what a user would run instead, timed the same way
             _time_peers(results, specs, getattr(backend, "gpus", [0])[0], progress)
             write_atomic(path, json.dumps(results, indent=1, sort_keys=True))
