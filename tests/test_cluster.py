@@ -96,6 +96,12 @@ def test_evo_run_on_a_local_cluster_reports_what_it_reports_without(tmp_path):
     clustered, table, report = run("cluster", "--cluster", "local:2")
     assert clustered == alone and table == alone_table
     assert "2 Dask workers at local:2" in report
+    # four workers, compiling on them too, as on a cluster of several hosts
+    config = tmp_path / "four.toml"
+    config.write_text('[cluster]\ncompile = "workers"\n')
+    four, table, report = run("four", "--cluster", "local:4", "--config", str(config))
+    assert four == alone and table == alone_table
+    assert "4 Dask workers at local:4, compiling there" in report
 
 
 @needs_ptxas
