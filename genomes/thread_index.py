@@ -1,7 +1,9 @@
 """Recognizing kernels whose threads depend on the launch only through one global index.
 
 ``global_index(fn)`` finds ``G = ctaid.x * ntid.x + tid.x`` (nvcc's ``mad.lo.s32 G, %ctaid,
-%ntid, %tid`` after ``mov``s from the special registers, or ``mul.lo`` + ``add``) and checks
+%ntid, %tid`` after ``mov``s from the special registers, or ``mul.lo`` + ``add``; or, where
+the kernel indexes with 64 bits, ``mul.wide.u32 P, %ctaid, %ntid`` + ``cvt.u64.u32 T, %tid``
++ ``add.s64 G, P, T``: a 64-bit G) and checks
 that the launch reaches the threads through G alone: no other special register (no y/z
 index, no grid-stride ``%nctaid``, no lane or warp id), the ``mov``ed copies of ``%ctaid.x``,
 ``%ntid.x`` and ``%tid.x`` used for nothing but G, no shared memory, no barrier, no warp
@@ -14,7 +16,8 @@ same thing: that is what the ``block`` gene relies on.
     head    ... G defined here (no stores, no branches)
     mid     instructions after G, computing the guard (no memory access but ld.param)
     guard   @P bra EXIT   (or @!P; optional: a kernel without a bounds check has none)
-    body    straight-line code: no labels, no branches (a final ret is allowed)
+    body    straight-line code: no labels, no branches (a final ret is allowed); scopes
+            ``{ }`` without declarations (nvcc's inline-asm conversions) are no scopes
     EXIT:   ret
 
 so that the work of one thread (mid + body with G given) can be repeated for other values
@@ -129,6 +132,17 @@ def global_index(fn: Function) -> GlobalIndex | str:
             if {source(ops[1]), source(ops[2])} == {"%ctaid.x", "%ntid.x"} and \
                     source(ops[3]) == "%tid.x":
                 found = (ops[0], i, {i})
+        elif ins.opcode in ("add.s64", "add.u64") and len(ops) == 3:
+            for prod, wide in ((ops[1], ops[2]), (ops[2], ops[1])):
+                p, t = _only_def(fn, defs, uses, prod, i), _only_def(fn, defs, uses, wide, i)
+                if p is None or t is None:
+                    continue
+                pops, tops = [o.strip() for o in p[1].operands], [o.strip() for o in t[1].operands]
+                if p[1].opcode == "mul.wide.u32" and len(pops) == 3 and \
+                        {source(pops[1]), source(pops[2])} == {"%ctaid.x", "%ntid.x"} and \
+                        t[1].opcode == "cvt.u64.u32" and len(tops) == 2 and \
+                        source(tops[1]) == "%tid.x":
+                    found = (ops[0], i, {i, p[0], t[0]})
         elif ins.opcode in ("add.s32", "add.u32") and len(ops) == 3:
             for prod, tid in ((ops[1], ops[2]), (ops[2], ops[1])):
                 pdef = defs.get(prod, [])
@@ -158,6 +172,13 @@ def global_index(fn: Function) -> GlobalIndex | str:
         if any(u not in makers for u in uses.get(copy, [])):
             return f"{special} is used for more than the global index"
     return GlobalIndex(reg, line, declared_registers(fn))
+
+
+def _only_def(fn: Function, defs: dict, uses: dict, reg: str, user: int):
+    """(line, instruction) of ``reg``'s one definition when ``user`` is its one use."""
+    if len(defs.get(reg, [])) != 1 or uses.get(reg) != [user]:
+        return None
+    return defs[reg][0], fn.body[defs[reg][0]].stmt
 
 
 def one_d_index_kernel(module, launch) -> tuple[Function, GlobalIndex] | str:
@@ -192,8 +213,8 @@ def straight_body(fn: Function, index: GlobalIndex) -> StraightBody | str:
             break
         if isinstance(stmt, Directive):
             return f"a {stmt.keyword} directive inside the body"
-        if isinstance(stmt, Other) and stmt.text.strip() in ("{", "}"):
-            return "a { } scope inside the body"
+        # A scope's braces: nothing, where it declares nothing (a .reg inside is refused
+        # above), so coarsen drops them with the body it rewrites.
         if isinstance(stmt, Instruction):
             seq.append(i)
     if stop is None:

@@ -8,8 +8,9 @@ from genomes.memory import PointerInfo, basic_blocks
 from genomes.ptx import Address, Directive, Instruction, Line, Other
 
 MAX_VECTOR_BYTES = 16  # v4 of 4-byte or v2 of 8-byte elements
-
-SIZES = {"f32": 4, "b32": 4, "u32": 4, "s32": 4, "f64": 8, "b64": 8, "u64": 8, "s64": 8}
+# 2-byte elements (nvcc moves f16/bf16 values as u16/b16) form v2 and v4: PTX has no v8
+SIZES = {"b16": 2, "u16": 2, "s16": 2, "f32": 4, "b32": 4, "u32": 4, "s32": 4,
+         "f64": 8, "b64": 8, "u64": 8, "s64": 8}
 
 
 def blocks_motion(stmt) -> bool:

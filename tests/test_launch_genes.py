@@ -97,11 +97,24 @@ def test_coarsening_a_kernel_without_bounds_check_needs_a_divisor():
 
 def test_unseen_kernels_shapes_the_genes_do_not_reach_are_no_ops():
     module = ptx.parse((UNSEEN / "kernels.ptx").read_text())
-    for entry, why in (("sqrt_or_zero", "straight-line"), ("grid_stride_copy", "%nctaid"),
-                       ("scale_size_t", "no global index")):
+    for entry, why in (("sqrt_or_zero", "straight-line"), ("grid_stride_copy", "%nctaid")):
         launch = Launch((4096, 1, 1), (256, 1, 1), entry)
         outcome = apply_genome(module, parse_inline("coarsen(k=4)"), launch).outcomes[0]
         assert outcome.status == "no-op" and why in outcome.detail, (entry, outcome)
+
+
+def test_a_64_bit_global_index_is_coarsened_in_64_bits():
+    module = ptx.parse((UNSEEN / "kernels.ptx").read_text())
+    launch = Launch((4096, 1, 1), (256, 1, 1), "scale_size_t")  # size_t i = ...
+    # the copies' indices are 64-bit, G*4 + j or G + j*T with T widened: none wraps at 2^32
+    for form, index in (("contiguous", "mul.lo.s64 \t%evc_b64_0, %rd1, 4"),
+                        ("strided", "mul.wide.u32 \t%evc_b64_4, %evc_b32_0, %evc_b32_1")):
+        applied = apply_genome(module, parse_inline(f"coarsen(k=4,form={form})"), launch)
+        assert applied.outcomes[0].status == "applied", applied.outcomes[0]
+        entry = applied.ptx[applied.ptx.index(".entry scale_size_t"):]
+        entry = entry[:entry.index("\n}")]
+        assert index in entry and applied.launch.grid == (1024, 1, 1)
+        assert ("ld.global.v2.f64" in entry) == (form == "contiguous")
 
 
 def _cases():

@@ -166,6 +166,10 @@ def _affine_step(ins: Instruction, coef: dict) -> object:
     return None
 
 
+def _is_64_bit(type_: str) -> bool:
+    return type_ in ("b64", "u64", "s64")
+
+
 def _imm(operand: str) -> int | None:
     try:
         return int(operand.strip(), 0)
@@ -181,17 +185,19 @@ def _coarsened(fn, shape: StraightBody, k: int, form: str) -> tuple[list[Line], 
     body = [fn.body[i].stmt for i in shape.body]
     mid = [fn.body[i].stmt for i in shape.mid]
     out: list = []
-    gs = [fresh.reg("b32") for _ in range(k)]
+    bits = "64" if _is_64_bit(renamer.type_of(G)) else "32"  # a 64-bit G: int64 indexing
+    gs = [fresh.reg("b" + bits) for _ in range(k)]
     if form == "contiguous":
-        out.append(Instruction("mul.lo.s32", (gs[0], G, str(k))))
-        out += [Instruction("add.s32", (gs[j], gs[0], str(j))) for j in range(1, k)]
+        out.append(Instruction(f"mul.lo.s{bits}", (gs[0], G, str(k))))
+        out += [Instruction(f"add.s{bits}", (gs[j], gs[0], str(j))) for j in range(1, k)]
     else:
-        ntid, nctaid, total = (fresh.reg("b32") for _ in range(3))
+        ntid, nctaid, total = fresh.reg("b32"), fresh.reg("b32"), fresh.reg("b" + bits)
         out += [Instruction("mov.u32", (ntid, "%ntid.x")),
                 Instruction("mov.u32", (nctaid, "%nctaid.x")),
-                Instruction("mul.lo.s32", (total, ntid, nctaid)),
-                Instruction("mov.b32", (gs[0], G))]
-        out += [Instruction("add.s32", (gs[j], gs[j - 1], total)) for j in range(1, k)]
+                Instruction("mul.wide.u32" if bits == "64" else "mul.lo.s32",
+                            (total, ntid, nctaid)),
+                Instruction(f"mov.b{bits}", (gs[0], G))]
+        out += [Instruction(f"add.s{bits}", (gs[j], gs[j - 1], total)) for j in range(1, k)]
     copies = [_Copy({G: g}) for g in gs]
     for c in copies:  # each copy's bounds check
         for ins in mid:
@@ -205,7 +211,9 @@ def _coarsened(fn, shape: StraightBody, k: int, form: str) -> tuple[list[Line], 
             acc = new
         out.append(Instruction("bra", (_LABEL + "slow",), pred=("@!" if shape.negated else "@") + acc))
     fast = [c.clone() for c in copies]
-    coef: dict[str, object] = {G: "G"}
+    # G_j = G_0 + j: exact in 64 bits, so a 64-bit G steps by 1 like any 64-bit value; a
+    # 32-bit G is exact only once widened (``_affine_step``)
+    coef: dict[str, object] = {G: 1 if bits == "64" else "G"}
     for ins in mid:
         for reg in ins.defs():
             coef[reg] = _affine_step(ins, coef)
