@@ -2,8 +2,10 @@
 
 Applies to kernels of the shape ``genomes.thread_index.straight_body`` recognizes (a global
 index G = ctaid.x*ntid.x+tid.x that alone ties threads to the launch, an optional bounds
-check, a straight-line body, an exit that only returns) in a one-dimensional launch. The
-new thread t runs the body for k values of G:
+check, a straight-line body, an exit that only returns) in a one-dimensional launch,
+once short forward branches in the body are predicated (``genomes.if_convert``: the
+triangles libdevice leaves in erff, logf, log1pf, tanhf). The new thread t runs the body
+for k values of G:
 
 - ``contiguous``: G = k·t, k·t+1, ..., k·t+k-1. Accesses whose address is affine in G are
   rewritten to copy 0's address plus a constant, and then merged into v2/v4 accesses
@@ -34,10 +36,11 @@ from __future__ import annotations
 
 import re
 
+from genomes.if_convert import if_convert
 from genomes.launch import Launch
 from genomes.ptx import Address, Directive, Instruction, Label, Line, Module
-from genomes.thread_index import (StraightBody, declared_registers, one_d_index_kernel,
-                                  register_type, straight_body)
+from genomes.thread_index import (StraightBody, declared_registers, global_index,
+                                  one_d_index_kernel, register_type, straight_body)
 from genomes.transforms.base import NotApplicable, Param, Transform
 
 FACTORS = (2, 4, 8)
@@ -76,9 +79,12 @@ class _Copy:
 
 
 class _Renamer:
-    def __init__(self, fn, fresh: _Fresh):
+    def __init__(self, fn, fresh: _Fresh, head_end: int):
         self.declared = declared_registers(fn)
         self.fresh = fresh
+        # registers the lines kept above the new body write (parameters, %tid, ...)
+        self.head = {r for ln in fn.body[:head_end] if isinstance(ln.stmt, Instruction)
+                     for r in ln.stmt.defs()}
 
     def type_of(self, reg: str) -> str:
         t = register_type(reg, self.declared)
@@ -114,7 +120,9 @@ class _Renamer:
             target: dict[str, str] = {}
             for reg in defs:
                 new = self.fresh.reg(self.type_of(reg))
-                if ins.pred:  # a write that may not happen keeps the value before it
+                # a write that may not happen keeps the value before it, if there is one
+                # (if-converted blocks write registers first under a guard)
+                if ins.pred and (reg in copy.names or reg in self.head):
                     out.append(Instruction(f"mov.{self.type_of(reg)}",
                                            (new, copy.names.get(reg, reg))))
                 target[reg] = new
@@ -180,7 +188,7 @@ def _imm(operand: str) -> int | None:
 def _coarsened(fn, shape: StraightBody, k: int, form: str) -> tuple[list[Line], list[Line]]:
     """(register declarations, the new lines between G's definition and the exit block)."""
     fresh = _Fresh()
-    renamer = _Renamer(fn, fresh)
+    renamer = _Renamer(fn, fresh, shape.index.def_line)
     G = shape.index.reg
     body = [fn.body[i].stmt for i in shape.body]
     mid = [fn.body[i].stmt for i in shape.mid]
@@ -244,6 +252,18 @@ def _coarsened(fn, shape: StraightBody, k: int, form: str) -> tuple[list[Line], 
     return fresh.declarations(), lines
 
 
+def _exit_labels(fn) -> frozenset[str]:
+    """Labels that only return (the bounds check's target): not branches to if-convert."""
+    exits, body = set(), fn.body
+    for i, line in enumerate(body):
+        if isinstance(line.stmt, Label):
+            nxt = next((ln.stmt for ln in body[i + 1:] if isinstance(ln.stmt, Instruction)),
+                       None)
+            if nxt is not None and nxt.op == "ret" and not nxt.pred:
+                exits.add(line.stmt.name)
+    return frozenset(exits)
+
+
 def apply(module: Module, launch: Launch, k: int, form: str) -> tuple[int, Launch]:
     found = one_d_index_kernel(module, launch)
     if isinstance(found, str):
@@ -251,6 +271,12 @@ def apply(module: Module, launch: Launch, k: int, form: str) -> tuple[int, Launc
     fn, index = found
     if any(name.startswith(_PREFIX) for name in declared_registers(fn)):
         raise NotApplicable("already coarsened")
+    # libdevice's short branches (erff, logf, ...) become predication, the bounds check's
+    # branch to the exit block excepted (genomes.if_convert)
+    if if_convert(fn, index.def_line + 1, _exit_labels(fn)):
+        index = global_index(fn)  # lines moved (the new predicates' declaration)
+        if isinstance(index, str):
+            raise NotApplicable(index)
     shape = straight_body(fn, index)
     if isinstance(shape, str):
         raise NotApplicable(shape)

@@ -103,3 +103,16 @@ extern "C" __global__ void softplus_div(const float* x, const float* d, float* y
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = log1pf(expf(x[i])) / d[i];
 }
+
+// libdevice math, as a user's elementwise kernel calls it (no fast-math): erff, logf and
+// log1pf leave short branches (if-converted for coarsen), sinf and powf slow paths.
+#define UNARY(name, expr) \
+    extern "C" __global__ void name(const float* x, float* y, int n) { \
+        int i = blockIdx.x * blockDim.x + threadIdx.x; \
+        if (i < n) { float v = x[i]; y[i] = expr; } \
+    }
+UNARY(gelu_erf, 0.5f * v * (1.f + erff(v * 0.70710678f)))
+UNARY(log_abs1, logf(fabsf(v) + 1.f))
+UNARY(softplus, log1pf(expf(v)))
+UNARY(sin_of, sinf(v))
+UNARY(pow_15, powf(fabsf(v), 1.5f))

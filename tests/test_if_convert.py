@@ -1,0 +1,110 @@
+"""If-conversion (genomes.if_convert): which short forward branches become predication,
+how a nested triangle's guards combine, and which branches are left alone."""
+
+from __future__ import annotations
+
+from conftest import needs_ptxas
+from genomes import ptx
+from genomes.if_convert import if_convert
+from harness.compile import compile_ptx
+
+HEADER = """.version 8.0
+.target sm_90
+.address_size 64
+"""
+
+# a bounds check to an exit block, a nested triangle (the inner one under %p3 inside the
+# outer one under %p2), two branches to one label, an empty triangle, and a block that
+# writes its own branch condition
+KERNEL = HEADER + """
+.visible .entry k(.param .u64 x, .param .u32 n)
+{
+\t.reg .pred \t%p<5>;
+\t.reg .b32 \t%r<4>;
+\t.reg .f32 \t%f<8>;
+\t.reg .b64 \t%rd<4>;
+\tld.param.u64 \t%rd1, [x];
+\tld.param.u32 \t%r1, [n];
+\tmov.u32 \t%r2, %tid.x;
+\tsetp.ge.u32 \t%p1, %r2, %r1;
+\t@%p1 bra \t$L_exit;
+\tcvta.to.global.u64 \t%rd2, %rd1;
+\tmul.wide.u32 \t%rd3, %r2, 4;
+\tadd.s64 \t%rd2, %rd2, %rd3;
+\tld.global.f32 \t%f1, [%rd2];
+\tmov.f32 \t%f2, %f1;
+\tsetp.gt.f32 \t%p2, %f1, 0f3F800000;
+\tsetp.gt.f32 \t%p3, %f1, 0f40000000;
+\t@%p2 bra \t$L_outer;
+\tmul.f32 \t%f2, %f1, %f1;
+\t@!%p3 bra \t$L_inner;
+\tadd.f32 \t%f2, %f2, %f1;
+$L_inner:
+\tsub.f32 \t%f2, %f2, 0f3F800000;
+$L_outer:
+\tsetp.lt.f32 \t%p4, %f2, 0f00000000;
+\t@%p4 bra \t$L_two;
+\tneg.f32 \t%f2, %f2;
+\t@%p3 bra \t$L_two;
+\tabs.f32 \t%f2, %f2;
+$L_two:
+\t@%p4 bra \t$L_empty;
+$L_empty:
+\t@%p4 bra \t$L_writes;
+\tsetp.lt.f32 \t%p4, %f2, 0f3F000000;
+$L_writes:
+\tst.global.f32 \t[%rd2], %f2;
+$L_exit:
+\tret;
+}
+"""
+
+
+def _converted(keep=frozenset({"$L_exit"})) -> tuple[int, str]:
+    module = ptx.parse(KERNEL)
+    done = if_convert(module.functions[0], 0, keep)
+    return done, module.render()
+
+
+def _lines(text: str) -> list[str]:
+    return [" ".join(line.split()) for line in text.splitlines()]
+
+
+def test_a_nested_triangle_becomes_predication_with_the_guards_and_ed():
+    done, text = _converted()
+    lines = _lines(text)
+    assert done == 2  # the inner triangle, then the outer one
+    assert "$L_inner:" not in text and "$L_outer:" not in text
+    # the inner triangle: skipped unless %p3 (the branch was on !%p3)
+    # then, inside the outer one (run where !%p2), guarded by (!%p2 and %p3)
+    assert "@!%p2 mul.f32 %f2, %f1, %f1;" in lines
+    assert "@!%p2 sub.f32 %f2, %f2, 0f3F800000;" in lines
+    assert "not.pred %evif_p0, %p2;" in lines
+    assert "and.pred %evif_p1, %evif_p0, %p3;" in lines
+    assert "@%evif_p1 add.f32 %f2, %f2, %f1;" in lines
+    assert ".reg .pred %evif_p<2>;" in lines
+
+
+def test_branches_it_must_not_convert_are_kept():
+    done, text = _converted()
+    lines = _lines(text)
+    assert "@%p1 bra $L_exit;" in lines  # the exit label is in keep
+    # $L_two is reached by two branches: the skipped lines are not "the other path" of one
+    assert "@%p4 bra $L_two;" in lines and "@%p3 bra $L_two;" in lines
+    assert "neg.f32 %f2, %f2;" in lines and "abs.f32 %f2, %f2;" in lines
+    assert "@%p4 bra $L_empty;" in lines  # nothing skipped: nothing to gain
+    # the skipped line writes %p4: a guard read after it would see the new value
+    assert "@%p4 bra $L_writes;" in lines
+    assert "setp.lt.f32 %p4, %f2, 0f3F000000;" in lines
+
+
+def test_the_exit_branch_is_kept_even_without_keep_as_its_block_holds_labels():
+    done, text = _converted(keep=frozenset())
+    assert done == 2 and "@%p1 bra $L_exit;" in _lines(text)
+
+
+@needs_ptxas
+def test_the_converted_kernel_assembles():
+    _, text = _converted()
+    result = compile_ptx(text)
+    assert result.ok, result.error
