@@ -166,3 +166,49 @@ def embedding_gather(t):
 def attention(t):
     q, k, v = (t[n].view(1, 8, 128, 32) for n in ("Q", "K", "V"))
     return _f().scaled_dot_product_attention(q, k, v).reshape(-1)
+
+
+# Kernels outside the suite (tests/data/unseen: nvcc and Triton output evo was not written
+# for), so that evo bench on them says how far each is from what a user would call instead.
+
+def silu(t):
+    return _f().silu(t["x"])
+
+
+def gelu_erf(t):
+    return _f().gelu(t["x"])  # the exact (erf) form, torch's default
+
+
+def log_abs1(t):
+    import torch
+
+    return torch.log(t["x"].abs() + 1)
+
+
+def softplus_div(t):
+    import torch
+
+    return torch.log1p(torch.exp(t["x"])) / t["d"]
+
+
+def half_axpy(t):
+    return (t["a"] * t["x"].float() + t["y"].float()).half()
+
+
+def copy_i64(t):
+    return t["src"].clone()
+
+
+def leaky_relu(t):
+    return _f().leaky_relu(t["x"], t["slope"])
+
+
+def sigmoid_scale(t):
+    import torch
+
+    return t["scale"] * torch.sigmoid(t["x"])
+
+
+def rms_norm(t):
+    return _f().rms_norm(t["x"].view(-1, t["n_cols"]), (t["n_cols"],), t["w"],
+                         t["eps"]).view(-1)
