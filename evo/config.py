@@ -81,9 +81,6 @@ class EvolveConfig:
     prior_rate: float = _opt(0.5, lo=0.0, hi=1.0,
                              doc="with priors: probability that a mutation's new gene is drawn "
                                  "from the genes the prior expects to help")
-    prior_local: int = _opt(2, lo=0, hi=1000,
-                            doc="with priors: neighbors of the best tried each generation, "
-                                "the genes the prior ranks best put in first (0 = off)")
     screen: int = _opt(1, lo=1, hi=100,
                        doc="children bred per place; a cost model (scikit-learn) keeps the "
                            "most promising (1 = off)")

@@ -8,8 +8,7 @@ import json
 import random
 
 from evo.config import Config
-from evo.learn.steer import (favoured_genes, gene_drawer, ranked_genes, seed_genomes,
-                             untried_genes)
+from evo.learn.steer import favoured_genes, gene_drawer, seed_genomes, untried_genes
 from evo.search import new_checkpoint, search_kernel
 from genomes.genome import Genome, parse_inline
 from evo.learn.priors import gene_key
@@ -139,38 +138,3 @@ def test_generation_one_tries_an_untried_gene_on_the_first_seed():
     search_kernel("reduce_sum", config, fake_measure("reduce_sum"), events.extend,
                   new_checkpoint(config), lambda: None, spec=spec, prior=thin)
     assert first_generation(events)[4] == "vec_st(width=4)"
-
-
-def test_ranked_genes_are_the_favoured_best_first_and_the_untried_at_their_mean():
-    assert [str(g) for g in ranked_genes(PRIOR)] == ["vec_ld(width=4)", "vec_st(width=4)"]
-    alphabet = [parse_inline(t).genes[0] for t in ("vec_st(width=4)", "warp_tail", "split_ld")]
-    prior = dict(PRIOR, evidence={"vec_ld(width=4)": 2.0, "vec_st(width=4)": 1.0,
-                                  "split_ld": 0.3})
-    # vec_ld is not in the alphabet (it changes nothing here); warp_tail is untried: it
-    # ranks at the favoured genes' mean effect (0.25), above vec_st (0.1)
-    assert [str(g) for g in ranked_genes(prior, alphabet)] == ["warp_tail", "vec_st(width=4)"]
-    assert ranked_genes(None) == []
-
-
-def _generation(events, n) -> list[str]:
-    return [str(Genome.from_json(e["genome"])) for e in events
-            if e["type"] == "eval" and e["generation"] == n]
-
-
-def test_with_a_prior_each_generation_puts_the_best_ranked_genes_into_the_best():
-    prior = dict(PRIOR, seeds=["split_ld"])  # gen 1: the baseline, split_ld, random ones
-    result, _, events = search(cfg(generations=2, prior_local=2), prior)
-    ranked = [g for g in ranked_genes(prior)]
-    best1 = min((e for e in events if e["type"] == "eval" and e["generation"] == 1),
-                key=lambda e: e["cycles"] if e.get("valid") else float("inf"))
-    best = Genome.from_json(best1["genome"])
-    second = _generation(events, 2)
-    from evo.strategies.evolve import _put
-
-    wanted = [str(_put(best, g).effective()) for g in ranked]
-    wanted = [w for w in wanted if w != str(best)][:2]
-    assert second[:len(wanted)] == wanted, (best, second)
-    # off: no such step (prior_local = 0), and the cold start never takes it
-    _, _, off = search(cfg(generations=2, prior_local=0), prior)
-    assert _generation(off, 2)[:len(wanted)] != wanted
-    assert search(cfg(prior_local=0), None)[2] == search(cfg(prior_local=5), None)[2]

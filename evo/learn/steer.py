@@ -9,9 +9,6 @@ steered gene draw for mutation.
   uniformly, as without priors, so the search still explores. Each draw uses the
   search's seeded RNG, one ``random()`` for the choice and one for the gene, so a run
   with priors is as reproducible (and as resumable) as one without.
-* :func:`ranked_genes`: the favoured genes best first, for evolve's local search with a
-  prior (``prior_local``): greedy's step, adding one gene to the best, in the order the
-  prior expects to pay, rather than trying every gene;
 * :func:`untried_genes`: genes that change this kernel but that no kernel of the prior
   was ever measured with (a transform newer than the measurements: ``warp_tail`` was
   never tried by the H100 searches the shipped priors come from, and a prior that knows
@@ -60,21 +57,6 @@ def favoured_genes(prior: dict | None) -> tuple[list, list[float]]:
                 continue
             weights.append(effect)
     return genes, weights
-
-
-def ranked_genes(prior: dict | None, alphabet: list | None = None) -> list:
-    """The genes the prior expects to help, best first (``favoured_genes``), with the
-    untried genes of ``alphabet`` ranked at the favoured genes' mean effect (the same
-    benefit of the doubt as the steered draw); where ``alphabet`` is given, only its genes."""
-    genes, weights = favoured_genes(prior)
-    untried = untried_genes(prior, alphabet)
-    doubt = sum(weights) / len(weights) if weights else 1.0
-    pairs = list(zip(genes, weights)) + [(g, doubt) for g in untried]
-    if alphabet is not None:
-        allowed = set(alphabet)
-        pairs = [(g, w) for g, w in pairs if g in allowed]
-    # stable: equal effects keep key order, then alphabet order (the run stays seeded)
-    return [g for g, _ in sorted(pairs, key=lambda gw: -gw[1])]
 
 
 def untried_genes(prior: dict | None, alphabet: list | None) -> list:

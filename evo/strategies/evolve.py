@@ -41,7 +41,6 @@ objects), so the seed decides the whole search and a resumed run continues it ex
 | init         | random  | first generation: random, or sweep + stacks  |
 | prior_seeds  | 4       | with priors: seed genomes in generation 1    |
 | prior_rate   | 0.5     | with priors: share of steered gene draws     |
-| prior_local  | 2       | with priors: neighbors of the best, prior's order |
 | screen       | 1       | children bred per place for the cost model   |
 
 With ``local_search`` > 0, each generation also evaluates that many unseen neighbors of
@@ -63,11 +62,8 @@ nearest kernels' best genomes), then random genomes; and every mutation that put
 in draws it, with probability ``prior_rate``, from the genes the prior expects to help
 (``evo.learn.steer``). Genes that change the kernel but that no kernel of the prior was
 measured with take one seed's place: the first seed with those genes on top (a new
-transform is tried once rather than starved by a prior that never saw it). And each
-later generation tries up to ``prior_local`` neighbors of the best (in place of as many
-children) that put in one gene, the genes the prior ranks best first: greedy's step, which
-stacks genes that each help a little, in the prior's order instead of over the whole
-alphabet. Without a prior nothing changes, down to the random stream.
+transform is tried once rather than starved by a prior that never saw it). Without a
+prior nothing changes, down to the random stream.
 
 With ``screen`` = S > 1, each later generation breeds S children per place and measures
 only the places' worth that a cost model (``evo.learn.cost``, trained on the prior's rows
@@ -88,8 +84,7 @@ from genomes.variation import (crossover_one_point, crossover_uniform, mutate, r
                                random_genome)
 
 from evo.learn.cost import screen_genomes
-from evo.learn.steer import (first_seed_with_untried, gene_drawer, ranked_genes,
-                             seed_genomes)
+from evo.learn.steer import first_seed_with_untried, gene_drawer, seed_genomes
 
 RETRIES = 4  # extra mutations to turn an already-seen child into a new genome
 
@@ -209,9 +204,6 @@ def step(state: dict, search) -> dict:
         # A local search around the best (if enabled) takes some of the children's places.
         neighbors = _neighbors(elites[0].genome, cfg.local_search, search, search.rng) \
             if elites else []
-        if elites and search.prior:  # greedy's step, in the prior's order
-            neighbors += _ranked_neighbors(elites[0].genome, cfg.prior_local, search,
-                                           neighbors)
         places = max(0, pop_size - len(elites) - len(neighbors))
         # Screening breeds a surplus for a cost model to choose from (not with the LLM:
         # every surplus child would be a paid call).
@@ -350,23 +342,6 @@ def _neighbors(best: Genome, count: int, search, rng) -> list[Genome]:
             fresh.append(genome)
     rng.shuffle(fresh)
     return fresh[:count]
-
-
-def _ranked_neighbors(best: Genome, count: int, search, taken: list[Genome]) -> list[Genome]:
-    """Up to ``count`` unseen genomes that put one gene into ``best``, the genes the
-    search's prior ranks best first (``evo.learn.steer.ranked_genes``): one greedy step,
-    in the order other kernels' results say pays, not over every gene. No draw from the
-    RNG: the order is the prior's."""
-    out: list[Genome] = []
-    for gene in ranked_genes(search.prior, search.draw_from()):
-        if len(out) >= count:
-            break
-        genome = _put(best, gene).effective()
-        if genome != best and genome not in out and genome not in taken \
-                and len(genome.genes) <= search.config.evolve.max_len \
-                and not search.seen(genome):
-            out.append(genome)
-    return out
 
 
 def _put(genome: Genome, gene: Gene) -> Genome:
