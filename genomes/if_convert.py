@@ -1,4 +1,4 @@
-"""If-conversion: a short forward branch around a few instructions becomes predication.
+"""If-conversion: short forward branches around a few instructions become predication.
 
 nvcc's libdevice math leaves small "triangles" in otherwise straight code (``erff``,
 ``logf``, ``log1pf``, ``tanhf``):
@@ -9,14 +9,27 @@ nvcc's libdevice math leaves small "triangles" in otherwise straight code (``erf
     copysign.f32 %f30, ...
   $L__BB2_3:
 
-The two are the same program: a PTX instruction under a false guard does nothing (no
-write, no memory access), so guarding each skipped instruction with the negated branch
-condition and dropping the branch and its label changes no result. It is done only where
-that argument is plain: the skipped lines are instructions (scope braces without
-declarations allowed), none a branch, return, call or barrier, none writing the
-condition; the label is the target of this branch alone; the branch jumps forward.
+and an ``if (...) { ...; return; }`` in a kernel leaves a "diamond" whose two sides meet
+at a join label (often the exit block):
 
-Triangles convert innermost first, so an outer one may skip instructions that already
+    @%p2 bra  $L__BB10_3;       ->     @!%p2 st.global.f32 [%rd1], %f5;
+    st.global.f32 [%rd1], %f5;          @%p2 st.global.u32 [%rd1], %r6;
+    bra.uni   $L__BB10_4;             $L__BB10_4:
+  $L__BB10_3:
+    st.global.u32 [%rd1], %r6;
+  $L__BB10_4:
+
+(nvcc also writes a diamond as ``@P bra X; bra.uni Y; X: ...``, with X reached by that
+branch alone: that is read as ``@!P bra Y; ...`` first.) Each is the same program: a
+PTX instruction under a false guard does nothing (no write, no memory access), so
+guarding each side with the condition under which it ran and dropping the branches (and
+the label only they reached) changes no result. It is
+done only where that argument is plain: each side holds only instructions (scope braces
+without declarations allowed), none a branch, return, call or barrier, none writing the
+condition; the label after the skipped side is the target of this branch alone; every
+branch jumps forward. The join label of a diamond stays (other branches may reach it).
+
+Blocks convert innermost first, so an outer one may skip instructions that already
 carry a guard X: each then runs under a fresh predicate, ``and``-ed from X and the outer
 guard right before it (``%evif_p<N>``), which is true exactly when both paths reached it.
 ``coarsen`` uses this to reach such bodies: straight code can be repeated and interleaved
@@ -37,41 +50,30 @@ _FRESH = "%evif_p"
 
 
 def if_convert(fn: Function, start: int = 0, keep: frozenset[str] = frozenset()) -> int:
-    """Convert every qualifying triangle after line ``start`` in place (module docstring),
-    but never a branch to a label in ``keep``; returns how many."""
+    """Convert every qualifying triangle and diamond after line ``start`` in place (module
+    docstring), but never a branch to a label in ``keep``; returns how many."""
     done, fresh = 0, [0]
 
     def new_pred() -> str:
         fresh[0] += 1
         return f"{_FRESH}{fresh[0] - 1}"
 
-    while (found := _triangle(fn, start, keep)) is not None:
-        branch, label = found
+    done += _branch_over_jump(fn, start)
+    while (found := _triangle(fn, start, keep) or _diamond(fn, start, keep)) is not None:
+        branch, label, join = found
         ins = fn.body[branch].stmt
         condition = ins.pred.lstrip("@!")
-        guard = ("@" if ins.pred.startswith("@!") else "@!") + condition
-        block: list[Line] = []
-        taken = None  # the outer guard as a register, made when a skipped line needs it
-        for line in fn.body[branch + 1:label]:
-            stmt = line.stmt
-            if not isinstance(stmt, Instruction):
-                block.append(line)
-                continue
-            if not stmt.pred:
-                block.append(dataclasses.replace(line, stmt=stmt.with_(pred=guard)))
-                continue
-            if taken is None:  # first in the block: the condition is not written in it
-                taken = new_pred()  # true where the block runs: the branch not taken
-                op = "not.pred" if guard.startswith("@!") else "mov.pred"
-                block.insert(0, Line(Instruction(op, (taken, condition))))
-            inner, both = stmt.pred.lstrip("@!"), new_pred()
-            if stmt.pred.startswith("@!"):
-                block.append(Line(Instruction("not.pred", (both, inner))))
-                inner = both
-                both = new_pred()
-            block.append(Line(Instruction("and.pred", (both, taken, inner))))
-            block.append(dataclasses.replace(line, stmt=stmt.with_(pred="@" + both)))
-        fn.body[branch:label + 1] = block
+        taken = ins.pred  # the guard under which the branch jumps
+        falls = ("@" if taken.startswith("@!") else "@!") + condition
+        if join is None:  # triangle: the skipped lines run where the branch falls through
+            block = _guarded(fn.body[branch + 1:label], falls, condition, new_pred)
+            fn.body[branch:label + 1] = block
+        else:  # diamond: [branch+1, jump) falls through, (label, join) is jumped to
+            jump = _last_instruction(fn, label)
+            block = (_guarded(fn.body[branch + 1:jump], falls, condition, new_pred)
+                     + fn.body[jump + 1:label]  # blank lines and comments before the label
+                     + _guarded(fn.body[label + 1:join], taken, condition, new_pred))
+            fn.body[branch:join] = block
         done += 1
     if fresh[0]:
         last = max((i for i, ln in enumerate(fn.body) if isinstance(ln.stmt, Directive)
@@ -80,8 +82,36 @@ def if_convert(fn: Function, start: int = 0, keep: frozenset[str] = frozenset())
     return done
 
 
-def _triangle(fn: Function, start: int, keep: frozenset[str]) -> tuple[int, int] | None:
-    """(branch line, label line) of the first convertible triangle, or None."""
+def _guarded(lines: list[Line], guard: str, condition: str, new_pred) -> list[Line]:
+    """``lines`` (a block that ran where ``guard`` held) guarded by it; an instruction that
+    had a guard X of its own runs under X and ``guard``, and-ed into a fresh predicate."""
+    block: list[Line] = []
+    runs = None  # the guard as a register, made when a line needs it
+    for line in lines:
+        stmt = line.stmt
+        if not isinstance(stmt, Instruction):
+            block.append(line)
+            continue
+        if not stmt.pred:
+            block.append(dataclasses.replace(line, stmt=stmt.with_(pred=guard)))
+            continue
+        if runs is None:  # first in the block: the condition is not written in it
+            runs = new_pred()
+            op = "not.pred" if guard.startswith("@!") else "mov.pred"
+            block.insert(0, Line(Instruction(op, (runs, condition))))
+        inner, both = stmt.pred.lstrip("@!"), new_pred()
+        if stmt.pred.startswith("@!"):
+            block.append(Line(Instruction("not.pred", (both, inner))))
+            inner = both
+            both = new_pred()
+        block.append(Line(Instruction("and.pred", (both, runs, inner))))
+        block.append(dataclasses.replace(line, stmt=stmt.with_(pred="@" + both)))
+    return block
+
+
+def _branches(fn: Function, start: int, keep: frozenset[str]):
+    """(branch line, target label line) of each guarded forward branch after ``start`` to
+    a label that it alone reaches and that is not in ``keep``."""
     body = fn.body
     labels = {ln.stmt.name: i for i, ln in enumerate(body) if isinstance(ln.stmt, Label)}
     for i in range(start, len(body)):
@@ -90,11 +120,71 @@ def _triangle(fn: Function, start: int, keep: frozenset[str]) -> tuple[int, int]
             continue
         target = ins.operands[0].strip()
         at = labels.get(target)
-        if at is None or at <= i or target in keep or _references(fn, target) != 1:
-            continue
-        if _plain_block(fn, i + 1, at, ins.pred.lstrip("@!")):
-            return i, at
+        if at is not None and at > i and target not in keep and _references(fn, target) == 1:
+            yield i, at, labels
+
+
+def _triangle(fn: Function, start: int, keep: frozenset[str]):
+    """(branch line, label line, None) of the first convertible triangle, or None."""
+    for i, at, _ in _branches(fn, start, keep):
+        if _plain_block(fn, i + 1, at, fn.body[i].stmt.pred.lstrip("@!")):
+            return i, at, None
     return None
+
+
+def _diamond(fn: Function, start: int, keep: frozenset[str]):
+    """(branch line, else-label line, join-label line) of the first convertible diamond:
+    the fall-through side ends in an unguarded ``bra JOIN``, JOIN a label after the
+    jumped-to side; or None."""
+    for i, at, labels in _branches(fn, start, keep):
+        jump = _last_instruction(fn, at)
+        ins = fn.body[jump].stmt if jump > i else None
+        if not (isinstance(ins, Instruction) and ins.op == "bra" and not ins.pred):
+            continue
+        join = labels.get(ins.operands[0].strip())
+        condition = fn.body[i].stmt.pred.lstrip("@!")
+        if join is not None and join > at and _plain_block(fn, i + 1, jump, condition) \
+                and _plain_block(fn, at + 1, join, condition):
+            return i, at, join
+    return None
+
+
+def _branch_over_jump(fn: Function, start: int) -> int:
+    """Rewrite ``@P bra X; bra Y; X:`` (X reached by this branch alone) as ``@!P bra Y;``,
+    the same jumps, in place; returns how many. nvcc lays out some if/else this way, and
+    the diamond it hides is then plain to see."""
+    body, done = fn.body, 0
+    for i in range(len(body) - 1, start - 1, -1):  # from the end: deletions keep i valid
+        ins = body[i].stmt
+        if not (isinstance(ins, Instruction) and ins.op == "bra" and ins.pred):
+            continue
+        j = _next_statement(fn, i)
+        k = _next_statement(fn, j) if j is not None else None
+        if k is None:
+            continue
+        jump, label = body[j].stmt, body[k].stmt
+        target = ins.operands[0].strip()
+        if isinstance(jump, Instruction) and jump.op == "bra" and not jump.pred \
+                and isinstance(label, Label) and label.name == target \
+                and _references(fn, target) == 1:
+            negated = ("@" if ins.pred.startswith("@!") else "@!") + ins.pred.lstrip("@!")
+            body[i] = dataclasses.replace(body[i], stmt=ins.with_(
+                pred=negated, operands=(jump.operands[0].strip(),)))
+            del body[i + 1:k + 1]
+            done += 1
+    return done
+
+
+def _next_statement(fn: Function, after: int) -> int | None:
+    """The line of the first instruction or label after line ``after``, or None."""
+    return next((j for j in range(after + 1, len(fn.body))
+                 if isinstance(fn.body[j].stmt, (Instruction, Label))), None)
+
+
+def _last_instruction(fn: Function, before: int) -> int:
+    """The line of the last instruction before line ``before`` (-1 when none)."""
+    return next((j for j in range(before - 1, -1, -1)
+                 if isinstance(fn.body[j].stmt, Instruction)), -1)
 
 
 def _references(fn: Function, label: str) -> int:

@@ -108,3 +108,68 @@ def test_the_converted_kernel_assembles():
     _, text = _converted()
     result = compile_ptx(text)
     assert result.ok, result.error
+
+
+# ``if (v != v) { y[i] = 0; return; } y[i] = v * 2;`` as nvcc lays it out: a diamond whose
+# sides meet at the exit block, which the bounds check reaches too
+DIAMOND = HEADER + """
+.visible .entry d(.param .u64 y, .param .u32 n)
+{
+\t.reg .pred \t%p<4>;
+\t.reg .b32 \t%r<4>;
+\t.reg .f32 \t%f<4>;
+\t.reg .b64 \t%rd<4>;
+\tld.param.u64 \t%rd1, [y];
+\tld.param.u32 \t%r1, [n];
+\tmov.u32 \t%r2, %tid.x;
+\tsetp.ge.u32 \t%p1, %r2, %r1;
+\t@%p1 bra \t$L_exit;
+\tcvta.to.global.u64 \t%rd2, %rd1;
+\tmul.wide.u32 \t%rd3, %r2, 4;
+\tadd.s64 \t%rd2, %rd2, %rd3;
+\tld.global.f32 \t%f1, [%rd2];
+\tsetp.nan.f32 \t%p2, %f1, %f1;
+\tsetp.gt.f32 \t%p3, %f1, 0f00000000;
+\t@%p2 bra \t$L_nan;
+\tmul.f32 \t%f2, %f1, 0f40000000;
+\t@%p3 add.f32 \t%f2, %f2, 0f3F800000;
+\tst.global.f32 \t[%rd2], %f2;
+\tbra.uni \t$L_exit;
+
+$L_nan:
+\tmov.u32 \t%r3, 0;
+\tst.global.u32 \t[%rd2], %r3;
+
+$L_exit:
+\tret;
+}
+"""
+
+
+def test_a_diamond_becomes_both_sides_predicated_and_its_join_stays():
+    module = ptx.parse(DIAMOND)
+    assert if_convert(module.functions[0], 0, frozenset({"$L_exit"})) == 1
+    text = module.render()
+    lines = _lines(text)
+    assert "$L_nan:" not in text and "bra.uni $L_exit;" not in lines
+    assert "@%p1 bra $L_exit;" in lines and "$L_exit:" in lines  # the join stays
+    assert "@!%p2 mul.f32 %f2, %f1, 0f40000000;" in lines  # the fall-through side
+    assert "@!%p2 st.global.f32 [%rd2], %f2;" in lines
+    assert "@%p2 mov.u32 %r3, 0;" in lines and "@%p2 st.global.u32 [%rd2], %r3;" in lines
+    # the line guarded on its own runs where both guards hold
+    assert "not.pred %evif_p0, %p2;" in lines and "and.pred %evif_p1, %evif_p0, %p3;" in lines
+    assert "@%evif_p1 add.f32 %f2, %f2, 0f3F800000;" in lines
+
+
+def test_a_diamond_whose_side_writes_the_condition_is_kept():
+    text = DIAMOND.replace("mov.u32 \t%r3, 0;", "setp.lt.f32 \t%p2, %f1, 0f00000000;")
+    module = ptx.parse(text)
+    assert if_convert(module.functions[0], 0, frozenset({"$L_exit"})) == 0
+
+
+@needs_ptxas
+def test_the_converted_diamond_assembles():
+    module = ptx.parse(DIAMOND)
+    if_convert(module.functions[0], 0, frozenset({"$L_exit"}))
+    result = compile_ptx(module.render())
+    assert result.ok, result.error
