@@ -16,6 +16,7 @@ from pathlib import Path
 from evo import commands, exit_codes
 from evo.config import Config
 from evo.strategies import NAMES as STRATEGIES
+from evo.strategies.oracle import KERNELS as ORACLE_KERNELS
 from genomes.errors import EvoError
 from harness.backends import BACKENDS
 
@@ -261,9 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(evolve_ls starting from a sweep of single genes), evolve45 "
                         "(9 generations x pop 5), oracle (exhaustive, only on the "
                         "--oracle-kernels), evolve45_priors (evolve45 with --priors)")
-    p.add_argument("--oracle-kernels", default=",".join(("gemm_tile_4x4x4", "gemm_tile_4x6x8",
-                                                          "gemm_tile_6x6x6", "gemm_tile_2x4x8")),
+    p.add_argument("--oracle-kernels", default=",".join(ORACLE_KERNELS),
                    help="the kernels the oracle runs on (comma-separated)")
+    p.add_argument("--oracle-genomes", type=Path, metavar="PLAN",
+                   help="measure one genome per distinct machine code of the oracle's space, "
+                        "from a plan that python3 -m evo.oracle_plan wrote on a CPU (the same "
+                        "best, a tenth of the GPU host's ptxas time)")
     p.add_argument("--backend", default="auto", choices=BACKENDS,
                    help="gpu: measure; replay: answer from --store only (engine changes "
                         "tried offline on kept, merged stores); static: no GPU, estimates")

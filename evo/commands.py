@@ -234,6 +234,24 @@ def cmd_run(args) -> int:
     return exit_codes.OK
 
 
+def _oracle_plan(path: Path, kernels: set[str]) -> Path:
+    """``path``, once it is a plan (``evo.oracle_plan``) holding every oracle kernel of this
+    bench; says which ptxas grouped it and which one compiles here."""
+    from evo.oracle_plan import load_plan
+    from harness.toolchain import ptxas_version
+
+    plan = load_plan(path)
+    missing = sorted(kernels - set(plan["kernels"]))
+    if missing:
+        raise EvoError(f"the oracle plan {path} has no entry for {', '.join(missing)}: "
+                       f"python3 -m evo.oracle_plan --kernels {','.join(missing)} -o {path}")
+    here = ptxas_version()
+    print(f"oracle: one genome per distinct machine code, from {path} (grouped by "
+          f"{plan.get('ptxas', '?')}; compiling here with {here}"
+          f"{'' if plan.get('ptxas') == here else ': NOT the same ptxas'})", file=sys.stderr)
+    return path
+
+
 def cmd_bench(args) -> int:
     import json
 
@@ -263,6 +281,9 @@ def cmd_bench(args) -> int:
     if args.cluster:
         base = base.override("cluster", address=args.cluster)
     oracle = {k.strip() for k in args.oracle_kernels.split(",") if k.strip()}
+    if args.oracle_genomes and "oracle" in strategies:
+        base = base.override("oracle", genomes=str(_oracle_plan(args.oracle_genomes, oracle
+                                                                 & set(kernels))))
     priors = None
     if any(s in bench.WITH_PRIORS for s in strategies):
         from evo.learn.source import BenchPriors

@@ -92,6 +92,13 @@ class GreedyConfig:
 
 
 @dataclass(frozen=True)
+class OracleConfig:
+    genomes: str = _opt("", doc="a plan written by python3 -m evo.oracle_plan: measure one "
+                                "genome per distinct machine code of the oracle's space, "
+                                "grouped by ptxas on the CPU ('' = every genome)")
+
+
+@dataclass(frozen=True)
 class TimingConfig:
     check_sets: int = _opt(5, lo=1, hi=100, doc="fresh random input sets per candidate")
     warmup: int = _opt(10, lo=0)
@@ -212,6 +219,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     evolve: EvolveConfig = field(default_factory=EvolveConfig)
     greedy: GreedyConfig = field(default_factory=GreedyConfig)
+    oracle: OracleConfig = field(default_factory=OracleConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)

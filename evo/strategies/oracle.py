@@ -6,6 +6,11 @@ genomes per kernel, the same ceiling however the library grows), in
 chunks, so that the store's PTX- and code-level deduplication keeps the GPU work to the
 distinct machine code. Meant for a few kernels in ``evo bench``, not for ``evo run``.
 
+With ``[oracle] genomes`` (``evo bench --oracle-genomes``), a plan from ``evo.oracle_plan``
+that grouped the same space by machine code on the CPU, it evaluates one genome of each
+group instead: every other genome runs the same code as the one measured, so the best is
+the same, for a tenth of the ptxas and GPU time.
+
 | option   | default | meaning                                       |
 | -------- | ------- | --------------------------------------------- |
 | CHUNK    | 512     | genomes per evaluation batch (progress, memory)|
@@ -16,10 +21,13 @@ from __future__ import annotations
 import itertools
 import math
 
-from genomes.genome import Genome
+from genomes.errors import EvoError
+from genomes.genome import Genome, parse_inline
 from genomes.variation import CHRONOS_TRANSFORMS, gene_alphabet, group_combinations
 
 CHUNK = 512
+# the kernels evo bench runs the oracle on by default: four gemm tiles, small to large
+KERNELS = ("gemm_tile_4x4x4", "gemm_tile_4x6x8", "gemm_tile_6x6x6", "gemm_tile_2x4x8")
 
 
 def start(search) -> dict:
@@ -28,7 +36,9 @@ def start(search) -> dict:
 
 def step(state: dict, search) -> dict:
     best_genome, best_fit = Genome(), math.inf
-    combos = group_combinations(gene_alphabet(names=CHRONOS_TRANSFORMS))
+    plan = search.config.oracle.genomes
+    combos = (planned_genomes(plan, search.kernel) if plan
+              else group_combinations(gene_alphabet(names=CHRONOS_TRANSFORMS)))
     while chunk := list(itertools.islice(combos, CHUNK)):
         for genome, m in zip(chunk, search.evaluate(chunk, generation=1)):
             if m.fitness < best_fit:
@@ -45,3 +55,14 @@ def finished(state: dict, search) -> bool:
 
 def best(state: dict):
     return tuple(state["best"]) if state["best"] else (Genome().to_json(), None)
+
+
+def planned_genomes(path: str, kernel: str):
+    """The plan's genomes for ``kernel`` (``evo.oracle_plan``), in the plan's order."""
+    from evo.oracle_plan import load_plan
+
+    entry = load_plan(path)["kernels"].get(kernel)
+    if entry is None:
+        raise EvoError(f"the oracle plan {path} has no entry for {kernel}: "
+                       f"python3 -m evo.oracle_plan --kernels {kernel} -o {path}")
+    return (parse_inline(text) for text in entry["representatives"])

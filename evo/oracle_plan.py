@@ -1,0 +1,163 @@
+"""The oracle's space grouped by machine code on the CPU: the genomes a GPU must measure.
+
+The oracle (``evo.strategies.oracle``) evaluates every genome of its space, 56,700 a
+kernel, and most of them share their machine code with another (93 % of the oracle's
+evaluations on four gemm tiles were answered by the store, BENCHMARKS.md session 3). Two
+genomes with the same machine code, registers, shared memory and launch run the same
+kernel, so only one of each group needs the GPU. What the oracle spends is ptxas time, and
+ptxas runs on any machine: this module applies and compiles the whole space here, groups
+it by what the harness keys measurements by (``harness.store.code_hash``: the code of the
+kernel's entry, its registers and shared memory, plus its launch), and writes the first
+genome of each group in the oracle's order. ``evo bench --oracle-genomes FILE`` then
+measures those alone; the best of them is the oracle's best.
+
+The grouping holds for the ptxas that made it (the plan records its version and the oracle
+reports it beside the device's): a GPU host whose ptxas differs would group otherwise.
+
+    python3 -m evo.oracle_plan -o oracle_plan.json.gz              # the four oracle kernels
+    python3 -m evo.oracle_plan --kernels gemm_tile_4x4x4 -o plan.json
+
+Kernels already in the output file are kept (run it again to go on after an interruption).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import gzip
+import hashlib
+import itertools
+import json
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+
+from evo.strategies.oracle import KERNELS
+
+CHUNK = 2048  # genomes applied (and their new PTX compiled) per round
+
+
+def plan_kernel(name: str, workers: int, progress=print, limit: int | None = None) -> dict:
+    """One kernel's entry of the plan: the space's size, distinct PTX and machine code,
+    the genomes that failed to assemble, and one genome per distinct machine code
+    (``limit``: the space's first genomes only, for tests)."""
+    from genomes.variation import CHRONOS_TRANSFORMS, gene_alphabet, group_combinations
+    from harness.compile import compile_many
+    from harness.sass import cubin_text_hash
+    from harness.store import code_hash
+    from harness.suite import find_kernel
+
+    spec = find_kernel(name)
+    combos = itertools.islice(group_combinations(gene_alphabet(names=CHRONOS_TRANSFORMS)),
+                              limit)
+    code_of_ptx: dict[str, str | None] = {}  # PTX hash -> code key (None: ptxas refused it)
+    representatives: dict[str, str] = {}  # code key -> the first genome with it
+    total = failed = 0
+    start = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # genomes travel as inline text, the baseline as "" (what parse_inline reads back)
+        while chunk := [str(g) if g.genes else "" for g in itertools.islice(combos, CHUNK)]:
+            applied = list(pool.map(_apply, [name] * len(chunk), chunk, chunksize=64))
+            fresh = {}
+            for ptx, _launch in applied:
+                digest = _hash(ptx)
+                if digest not in code_of_ptx:
+                    fresh.setdefault(digest, ptx)
+            results = compile_many(list(fresh.values()), workers=workers)
+            for digest, result in zip(fresh, results):
+                code_of_ptx[digest] = (code_hash(cubin_text_hash(result.cubin, [spec.entry]),
+                                                 result.registers, result.shared_mem)
+                                       if result.ok else None)
+            for genome, (ptx, launch) in zip(chunk, applied):
+                key = code_of_ptx[_hash(ptx)]
+                if key is None:
+                    failed += 1
+                    continue
+                representatives.setdefault(key + spec.launch_suffix(launch), genome)
+            total += len(chunk)
+            progress(f"{name}: {total} genomes, {len(code_of_ptx)} distinct PTX, "
+                     f"{len(representatives)} distinct code ({time.perf_counter() - start:.0f} s)")
+    return {"genomes": total, "distinct_ptx": len(code_of_ptx),
+            "distinct_code": len(representatives), "ptxas_failed": failed,
+            "representatives": list(representatives.values())}
+
+
+def _apply(kernel: str, genome: str):
+    """(variant PTX, launch) of ``genome`` on ``kernel`` (in a pool process: the parsed
+    baseline is kept per process)."""
+    from genomes.genome import apply_genome, parse_inline
+
+    spec, module = _baseline(kernel)
+    applied = apply_genome(module, parse_inline(genome), spec.launch)
+    return applied.ptx, applied.launch
+
+
+_BASELINES: dict = {}
+
+
+def _baseline(kernel: str):
+    if kernel not in _BASELINES:
+        from genomes import ptx
+        from harness.suite import find_kernel
+
+        spec = find_kernel(kernel)
+        _BASELINES[kernel] = (spec, ptx.parse(spec.ptx_text()))
+    return _BASELINES[kernel]
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_plan(path: str | Path) -> dict:
+    """A plan written by this module, checked enough to fail clearly on another file."""
+    from genomes.errors import EvoError
+
+    try:
+        raw = Path(path).read_bytes()
+        plan = json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
+    except (OSError, ValueError) as err:
+        raise EvoError(f"cannot read the oracle plan {path}: {err}") from None
+    if not isinstance(plan, dict) or not isinstance(plan.get("kernels"), dict):
+        raise EvoError(f"{path} is not an oracle plan (python3 -m evo.oracle_plan writes one)")
+    return plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m evo.oracle_plan",
+        description="Apply and compile the oracle's whole space on this machine's CPUs and "
+                    "keep one genome per distinct machine code (evo bench --oracle-genomes).")
+    parser.add_argument("--kernels", default=",".join(KERNELS),
+                        help=f"comma-separated (default: the oracle's, {','.join(KERNELS)})")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes applying genomes, threads running ptxas")
+    parser.add_argument("-o", "--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    from evo.rundir import write_atomic
+    from harness.toolchain import ptxas_version
+
+    plan = load_plan(args.out) if args.out.exists() else {"kernels": {}}
+    plan.update(ptxas=ptxas_version(), arch="sm_90",
+                space="every genome with at most one gene per conflict group over the "
+                      "Chronos transforms (evo.strategies.oracle)")
+    for name in [k.strip() for k in args.kernels.split(",") if k.strip()]:
+        if name in plan["kernels"]:
+            print(f"{name}: in {args.out} already")
+            continue
+        plan["kernels"][name] = plan_kernel(name, max(1, args.workers),
+                                            lambda line: print(line, file=sys.stderr))
+        text = json.dumps(plan, indent=1)
+        write_atomic(args.out, gzip.compress(text.encode(), mtime=0)
+                     if args.out.suffix == ".gz" else text)
+        entry = plan["kernels"][name]
+        print(f"{name}: {entry['genomes']} genomes, {entry['distinct_ptx']} distinct PTX, "
+              f"{entry['distinct_code']} distinct machine code")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
