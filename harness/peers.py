@@ -212,3 +212,35 @@ def sigmoid_scale(t):
 def rms_norm(t):
     return _f().rms_norm(t["x"].view(-1, t["n_cols"]), (t["n_cols"],), t["w"],
                          t["eps"]).view(-1)
+
+
+def add_one_unguarded(t):
+    return t["x"] + 1
+
+
+def axpby_inplace(t):
+    return t["y"].mul_(t["b"]).add_(t["x"], alpha=t["a"])  # in place, as the kernel
+
+
+def clamp_i32(t):
+    import torch
+
+    return torch.clamp(t["x"], t["lo"], t["hi"])
+
+
+def row_max(t):
+    return t["x"].view(-1, t["cols"]).amax(1)
+
+
+def row_l2_normalize(t):
+    return _f().normalize(t["x"].view(-1, t["cols"]), dim=1).view(-1)
+
+
+def sum_sq_128(t):
+    # block b sums the squares of elements 256 b .. 256 b + 255 of every stride of
+    # 256 x blocks elements (a grid-stride loop over pairs of 128)
+    return t["x"].view(-1, t["out"].numel(), 256).square().sum((0, 2))
+
+
+def argmin_blocks(t):
+    return t["x"].view(-1, 256).amin(1)
