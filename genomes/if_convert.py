@@ -26,8 +26,9 @@ guarding each side with the condition under which it ran and dropping the branch
 the label only they reached) changes no result. It is
 done only where that argument is plain: each side holds only instructions (scope braces
 without declarations allowed), none a branch, return, call or barrier, none writing the
-condition; the label after the skipped side is the target of this branch alone; every
-branch jumps forward. The join label of a diamond stays (other branches may reach it).
+condition; the jumped-to side of a diamond is reached by its branch alone; every branch
+jumps forward. A label other branches still reach stays (a diamond's join, a triangle's
+label that several branches skip to).
 
 Blocks convert innermost first, so an outer one may skip instructions that already
 carry a guard X: each then runs under a fresh predicate, ``and``-ed from X and the outer
@@ -67,7 +68,9 @@ def if_convert(fn: Function, start: int = 0, keep: frozenset[str] = frozenset())
         falls = ("@" if taken.startswith("@!") else "@!") + condition
         if join is None:  # triangle: the skipped lines run where the branch falls through
             block = _guarded(fn.body[branch + 1:label], falls, condition, new_pred)
-            fn.body[branch:label + 1] = block
+            # the label stays where other branches still jump to it
+            end = label + 1 if _references(fn, fn.body[label].stmt.name) == 1 else label
+            fn.body[branch:end] = block
         else:  # diamond: [branch+1, jump) falls through, (label, join) is jumped to
             jump = _last_instruction(fn, label)
             block = (_guarded(fn.body[branch + 1:jump], falls, condition, new_pred)
@@ -110,8 +113,8 @@ def _guarded(lines: list[Line], guard: str, condition: str, new_pred) -> list[Li
 
 
 def _branches(fn: Function, start: int, keep: frozenset[str]):
-    """(branch line, target label line) of each guarded forward branch after ``start`` to
-    a label that it alone reaches and that is not in ``keep``."""
+    """(branch line, target label line, label lines, branches to the target) of each
+    guarded forward branch after ``start`` to a label not in ``keep``."""
     body = fn.body
     labels = {ln.stmt.name: i for i, ln in enumerate(body) if isinstance(ln.stmt, Label)}
     for i in range(start, len(body)):
@@ -120,13 +123,15 @@ def _branches(fn: Function, start: int, keep: frozenset[str]):
             continue
         target = ins.operands[0].strip()
         at = labels.get(target)
-        if at is not None and at > i and target not in keep and _references(fn, target) == 1:
-            yield i, at, labels
+        if at is not None and at > i and target not in keep:
+            yield i, at, labels, _references(fn, target)
 
 
 def _triangle(fn: Function, start: int, keep: frozenset[str]):
-    """(branch line, label line, None) of the first convertible triangle, or None."""
-    for i, at, _ in _branches(fn, start, keep):
+    """(branch line, label line, None) of the first convertible triangle, or None. Other
+    branches may jump to the label too (``if (a) goto L; ...; if (b) goto L; ...; L:``):
+    none lands inside the block (it holds no label), and the label stays for them."""
+    for i, at, _, _ in _branches(fn, start, keep):
         if _plain_block(fn, i + 1, at, fn.body[i].stmt.pred.lstrip("@!")):
             return i, at, None
     return None
@@ -136,7 +141,9 @@ def _diamond(fn: Function, start: int, keep: frozenset[str]):
     """(branch line, else-label line, join-label line) of the first convertible diamond:
     the fall-through side ends in an unguarded ``bra JOIN``, JOIN a label after the
     jumped-to side; or None."""
-    for i, at, labels in _branches(fn, start, keep):
+    for i, at, labels, refs in _branches(fn, start, keep):
+        if refs != 1:  # another branch lands on the jumped-to side: it is no one path's
+            continue
         jump = _last_instruction(fn, at)
         ins = fn.body[jump].stmt if jump > i else None
         if not (isinstance(ins, Instruction) and ins.op == "bra" and not ins.pred):

@@ -73,7 +73,9 @@ def declared_registers(fn: Function) -> dict[str, str]:
         if isinstance(stmt, Directive) and stmt.keyword == ".reg":
             for m in _DECL.finditer(stmt.text):
                 for name in (n.strip() for n in m.group(2).split(",")):
-                    table[name] = m.group(1)
+                    # one name declared in two scopes with two types has no one type: ""
+                    table[name] = m.group(1) if table.get(name, m.group(1)) == m.group(1) \
+                        else ""
     return table
 
 
@@ -205,16 +207,19 @@ def straight_body(fn: Function, index: GlobalIndex) -> StraightBody | str:
         if isinstance(stmt, Instruction) and not _pure(stmt):
             return f"{stmt.opcode} before the global index"
     seq: list[int] = []  # instruction lines after G, up to the first label or ret
-    stop = None
+    stop, depth = None, 0
     for i in range(index.def_line + 1, len(body)):
         stmt = body[i].stmt
         if isinstance(stmt, Label) or (isinstance(stmt, Instruction) and stmt.op == "ret"):
             stop = i
             break
-        if isinstance(stmt, Directive):
+        if isinstance(stmt, Other) and stmt.text.strip() in ("{", "}"):
+            depth += 1 if stmt.text.strip() == "{" else -1
+        # A scope's braces and the registers it declares (nvcc's f16 and f64 helpers:
+        # { .reg .b32 %temp; mov.b64 {%temp, %hi}, %fd; }) are dropped by coarsen with the
+        # body it rewrites: every register the body writes gets a fresh, typed name.
+        if isinstance(stmt, Directive) and not (stmt.keyword == ".reg" and depth > 0):
             return f"a {stmt.keyword} directive inside the body"
-        # A scope's braces: nothing, where it declares nothing (a .reg inside is refused
-        # above), so coarsen drops them with the body it rewrites.
         if isinstance(stmt, Instruction):
             seq.append(i)
     if stop is None:

@@ -14,8 +14,8 @@ HEADER = """.version 8.0
 """
 
 # a bounds check to an exit block, a nested triangle (the inner one under %p3 inside the
-# outer one under %p2), two branches to one label, an empty triangle, and a block that
-# writes its own branch condition
+# outer one under %p2), two branches that skip to one label, an empty triangle, and a block
+# that writes its own branch condition
 KERNEL = HEADER + """
 .visible .entry k(.param .u64 x, .param .u32 n)
 {
@@ -73,7 +73,7 @@ def _lines(text: str) -> list[str]:
 def test_a_nested_triangle_becomes_predication_with_the_guards_and_ed():
     done, text = _converted()
     lines = _lines(text)
-    assert done == 2  # the inner triangle, then the outer one
+    assert done == 4  # the inner triangle, the outer one, and the two to $L_two
     assert "$L_inner:" not in text and "$L_outer:" not in text
     # the inner triangle: skipped unless %p3 (the branch was on !%p3)
     # then, inside the outer one (run where !%p2), guarded by (!%p2 and %p3)
@@ -82,25 +82,45 @@ def test_a_nested_triangle_becomes_predication_with_the_guards_and_ed():
     assert "not.pred %evif_p0, %p2;" in lines
     assert "and.pred %evif_p1, %evif_p0, %p3;" in lines
     assert "@%evif_p1 add.f32 %f2, %f2, %f1;" in lines
-    assert ".reg .pred %evif_p<2>;" in lines
+    assert ".reg .pred %evif_p<5>;" in lines
 
 
 def test_branches_it_must_not_convert_are_kept():
     done, text = _converted()
     lines = _lines(text)
     assert "@%p1 bra $L_exit;" in lines  # the exit label is in keep
-    # $L_two is reached by two branches: the skipped lines are not "the other path" of one
-    assert "@%p4 bra $L_two;" in lines and "@%p3 bra $L_two;" in lines
-    assert "neg.f32 %f2, %f2;" in lines and "abs.f32 %f2, %f2;" in lines
     assert "@%p4 bra $L_empty;" in lines  # nothing skipped: nothing to gain
     # the skipped line writes %p4: a guard read after it would see the new value
     assert "@%p4 bra $L_writes;" in lines
     assert "setp.lt.f32 %p4, %f2, 0f3F000000;" in lines
 
 
+def test_two_branches_that_skip_to_one_label_convert_last_first():
+    # if (p4) goto two; neg; if (p3) goto two; abs; two:  ->  abs runs where neither jumped
+    _, text = _converted()
+    lines = _lines(text)
+    assert "$L_two:" not in text and "@!%p4 neg.f32 %f2, %f2;" in lines
+    at = lines.index("@!%p4 neg.f32 %f2, %f2;")
+    assert lines[at - 1] == "not.pred %evif_p2, %p4;"
+    assert lines[at + 1:at + 4] == ["not.pred %evif_p3, %p3;",
+                                    "and.pred %evif_p4, %evif_p2, %evif_p3;",
+                                    "@%evif_p4 abs.f32 %f2, %f2;"]
+
+
+def test_a_label_other_branches_still_reach_stays():
+    # only the second of two branches to $L_two can go (the first skips a branch): after
+    # it, the first still jumps to $L_two
+    text = KERNEL.replace("\tneg.f32 \t%f2, %f2;\n", "\tneg.f32 \t%f2, %f2;\n\tbar.sync \t0;\n")
+    module = ptx.parse(text)
+    if_convert(module.functions[0], 0, frozenset({"$L_exit"}))
+    lines = _lines(module.render())
+    assert "@%p4 bra $L_two;" in lines and "$L_two:" in lines
+    assert "@!%p3 abs.f32 %f2, %f2;" in lines
+
+
 def test_the_exit_branch_is_kept_even_without_keep_as_its_block_holds_labels():
     done, text = _converted(keep=frozenset())
-    assert done == 2 and "@%p1 bra $L_exit;" in _lines(text)
+    assert done == 4 and "@%p1 bra $L_exit;" in _lines(text)
 
 
 @needs_ptxas

@@ -97,10 +97,19 @@ def test_coarsening_a_kernel_without_bounds_check_needs_a_divisor():
 
 def test_unseen_kernels_shapes_the_genes_do_not_reach_are_no_ops():
     module = ptx.parse((UNSEEN / "kernels.ptx").read_text())
-    for entry, why in (("sqrt_or_zero", "straight-line"), ("grid_stride_copy", "%nctaid")):
-        launch = Launch((4096, 1, 1), (256, 1, 1), entry)
-        outcome = apply_genome(module, parse_inline("coarsen(k=4)"), launch).outcomes[0]
-        assert outcome.status == "no-op" and why in outcome.detail, (entry, outcome)
+    launch = Launch((4096, 1, 1), (256, 1, 1), "grid_stride_copy")
+    outcome = apply_genome(module, parse_inline("coarsen(k=4)"), launch).outcomes[0]
+    assert outcome.status == "no-op" and "%nctaid" in outcome.detail, outcome
+
+
+def test_an_if_else_body_is_predicated_then_coarsened():
+    # if (v > 0) y[i] = sqrtf(v); else y[i] = 0;  (session 9: "not straight-line")
+    module = ptx.parse((UNSEEN / "kernels.ptx").read_text())
+    launch = Launch((4096, 1, 1), (256, 1, 1), "sqrt_or_zero")
+    applied = apply_genome(module, parse_inline("coarsen(k=4)"), launch)
+    assert applied.outcomes[0].status == "applied", applied.outcomes[0]
+    entry = applied.ptx[applied.ptx.index(".entry sqrt_or_zero"):]
+    assert "ld.global.v4.f32" in entry[:entry.index("\n}")]
 
 
 def test_a_64_bit_global_index_is_coarsened_in_64_bits():

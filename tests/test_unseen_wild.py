@@ -1,6 +1,6 @@
 """Every gene on nvcc kernels written to be unlike the suite's (tests/data/unseen/wild:
 2-D blocks, grid-stride loops, atomics, warp shuffles, dynamic shared memory, f16/bf16 in
-inline-asm scopes, doubles, 64-bit indices, early exits, a runtime loop, libdevice math with short branches): a no-op or PTX
+inline-asm scopes, doubles, 64-bit indices, early exits, a runtime loop, libdevice math with short branches, scoped register declarations): a no-op or PTX
 that ptxas assembles; the launch genes reach what they can prove and say why elsewhere."""
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def test_every_gene_is_a_no_op_or_assembles(module, entry):
                                            ("softplus", "ld.global.v4.f32"),
                                            ("softplus_div", "ld.global.v4.f32"),
                                            ("clamp_or_zero", "ld.global.v4.f32"),
-                                           ("split_sign", "ld.global.v4.f32")])
+                                           ("split_sign", "ld.global.v4.f32"),
+                                           ("exp_f64", "ld.global.v2.f64")])
 def test_coarsen_reaches_f16_scopes_64_bit_indices_wide_types_and_short_branches(module, entry, vector):
     applied = apply_genome(module, parse_inline("coarsen(k=4)"), _launch(entry))
     assert applied.outcomes[0].status == "applied", applied.outcomes[0].detail

@@ -127,3 +127,11 @@ extern "C" __global__ void split_sign(const float* x, float* pos, float* neg, in
     pos[i] = v;
     neg[i] = 0.f;
 }
+
+// Double-precision libdevice: exp splits and joins doubles in scopes that declare their
+// own registers ({ .reg .b32 %temp; mov.b64 {%temp, %hi}, %fd; }) and skips twice to one
+// label for its overflow and underflow cases.
+extern "C" __global__ void exp_f64(const double* x, double* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = exp(x[i]);
+}
