@@ -304,7 +304,8 @@ TRANSFORM = Transform(
     summary="each thread does the work of k threads (k neighbours, vectorized, or k strided); "
             "the grid shrinks by k",
     applies_when="1-D launches of kernels indexed by ctaid.x*ntid.x+tid.x alone, with a "
-                 "straight-line body behind an optional bounds check",
+                 "body behind an optional bounds check that is straight once its short "
+                 "forward branches are predicated",
     params=(Param("k", default=4, choices=FACTORS),
             Param("form", default="contiguous", choices=FORMS)),
     apply=apply,
