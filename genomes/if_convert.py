@@ -33,6 +33,9 @@ label that several branches skip to).
 Blocks convert innermost first, so an outer one may skip instructions that already
 carry a guard X: each then runs under a fresh predicate, ``and``-ed from X and the outer
 guard right before it (``%evif_p<N>``), which is true exactly when both paths reached it.
+Where both sides of a diamond end by storing to the same address (``y[i] = c ? a : b``
+written as if/else), the two stores become one select and one unguarded store
+(``_merged_store``), which coarsen's vectorizer can then merge across copies.
 ``coarsen`` uses this to reach such bodies: straight code can be repeated and interleaved
 for k elements, branches cannot.
 """
@@ -42,22 +45,30 @@ from __future__ import annotations
 import dataclasses
 
 from genomes.ptx import Directive, Function, Instruction, Label, Line, Other
+from genomes.vectorize import SIZES
 
 MAX_SKIPPED = 24  # predicated-off instructions still issue: only short blocks pay
 _NOT_PREDICABLE = frozenset("bra brx ret exit call bar barrier trap brkpt".split())
 
 
 _FRESH = "%evif_p"
+# a merged store's value, by width: %evif_w0 (.b32), %evif_d0 (.b64), %evif_h0 (.b16);
+# names of letters then digits, as register ranges (%r<N>) are
+_VALUE = {16: "%evif_h", 32: "%evif_w", 64: "%evif_d"}
 
 
 def if_convert(fn: Function, start: int = 0, keep: frozenset[str] = frozenset()) -> int:
     """Convert every qualifying triangle and diamond after line ``start`` in place (module
     docstring), but never a branch to a label in ``keep``; returns how many."""
-    done, fresh = 0, [0]
+    done, fresh, values = 0, [0], {}
 
     def new_pred() -> str:
         fresh[0] += 1
         return f"{_FRESH}{fresh[0] - 1}"
+
+    def new_value(bits: int) -> str:
+        values[bits] = values.get(bits, 0) + 1
+        return f"{_VALUE[bits]}{values[bits] - 1}"
 
     done += _branch_over_jump(fn, start)
     while (found := _triangle(fn, start, keep) or _diamond(fn, start, keep)) is not None:
@@ -73,16 +84,69 @@ def if_convert(fn: Function, start: int = 0, keep: frozenset[str] = frozenset())
             fn.body[branch:end] = block
         else:  # diamond: [branch+1, jump) falls through, (label, join) is jumped to
             jump = _last_instruction(fn, label)
-            block = (_guarded(fn.body[branch + 1:jump], falls, condition, new_pred)
+            sides = [fn.body[branch + 1:jump], fn.body[label + 1:join]]
+            merged = _merged_store(sides, taken, new_value)
+            block = (_guarded(sides[0], falls, condition, new_pred)
                      + fn.body[jump + 1:label]  # blank lines and comments before the label
-                     + _guarded(fn.body[label + 1:join], taken, condition, new_pred))
+                     + _guarded(sides[1], taken, condition, new_pred) + merged)
             fn.body[branch:join] = block
         done += 1
+    declarations = [f".reg .b{bits} \t{_VALUE[bits]}<{n}>;" for bits, n in values.items()]
     if fresh[0]:
+        declarations.append(f".reg .pred \t{_FRESH}<{fresh[0]}>;")
+    if declarations:
         last = max((i for i, ln in enumerate(fn.body) if isinstance(ln.stmt, Directive)
                     and ln.stmt.keyword == ".reg"), default=-1)
-        fn.body.insert(last + 1, Line(Directive(f".reg .pred \t{_FRESH}<{fresh[0]}>;")))
+        fn.body[last + 1:last + 1] = [Line(Directive(d)) for d in declarations]
     return done
+
+
+def _merged_store(sides: list[list[Line]], taken: str, new_value) -> list[Line]:
+    """Where both sides of a diamond end their memory work with a plain store to the same
+    address, of the same width (``if (c) y[i] = a; else y[i] = b;``), those two stores
+    leave their sides (``sides`` is edited) for one select and one unguarded store after
+    both, which a vectorizer can merge with its neighbours. Each store moves only past
+    lines of its own side that neither touch memory nor write what it reads, and past the
+    other side's lines, which do not run on its path: no result changes. Returns the new
+    lines (none where the sides do not qualify)."""
+    found = [_final_store(side) for side in sides]
+    if None in found:
+        return []
+    (i, a), (j, b) = found
+    if a.mods[:-1] != b.mods[:-1] or a.operands[0].strip() != b.operands[0].strip() \
+            or SIZES.get(a.mods[-1]) != SIZES.get(b.mods[-1]):
+        return []
+    bits = 8 * SIZES[a.mods[-1]]
+    if bits not in _VALUE:
+        return []
+    value = new_value(bits)
+    fall, jumped = a.operands[1].strip(), b.operands[1].strip()
+    on_true = (jumped, fall) if not taken.startswith("@!") else (fall, jumped)
+    del sides[0][i], sides[1][j]
+    store = ".".join(("st", *a.mods[:-1], f"b{bits}"))  # st.global.f32 -> st.global.b32
+    return [Line(Instruction(f"selp.b{bits}", (value, *on_true, taken.lstrip("@!")))),
+            Line(Instruction(store, (a.operands[0], value)))]
+
+
+def _final_store(side: list[Line]) -> tuple[int, Instruction] | None:
+    """(position, instruction) of the side's last memory access, when it is an unguarded
+    scalar store of a register that no later line of the side writes, nor its address."""
+    from genomes.memory import effect
+
+    touches = [k for k, ln in enumerate(side)
+               if isinstance(ln.stmt, Instruction) and effect(ln.stmt) != "alu"]
+    if not touches:
+        return None
+    k = touches[-1]
+    st = side[k].stmt
+    if st.op != "st" or st.pred or len(st.operands) != 2 or st.mods[-1] not in SIZES \
+            or not st.operands[1].strip().startswith("%") or "{" in st.operands[1]:
+        return None
+    reads = set(st.uses())
+    if any(isinstance(ln.stmt, Instruction) and reads & set(ln.stmt.defs())
+           for ln in side[k + 1:]):
+        return None
+    return k, st
 
 
 def _guarded(lines: list[Line], guard: str, condition: str, new_pred) -> list[Line]:

@@ -174,11 +174,33 @@ def test_a_diamond_becomes_both_sides_predicated_and_its_join_stays():
     assert "$L_nan:" not in text and "bra.uni $L_exit;" not in lines
     assert "@%p1 bra $L_exit;" in lines and "$L_exit:" in lines  # the join stays
     assert "@!%p2 mul.f32 %f2, %f1, 0f40000000;" in lines  # the fall-through side
-    assert "@!%p2 st.global.f32 [%rd2], %f2;" in lines
-    assert "@%p2 mov.u32 %r3, 0;" in lines and "@%p2 st.global.u32 [%rd2], %r3;" in lines
+    assert "@%p2 mov.u32 %r3, 0;" in lines  # the jumped-to side
+    # both sides end storing to [%rd2]: one select, one unguarded store after both
+    at = lines.index("$L_exit:")
+    assert lines[at - 3:at] == ["selp.b32 %evif_w0, %r3, %f2, %p2;",
+                                "st.global.b32 [%rd2], %evif_w0;", ""]
+    assert not [ln for ln in lines if ln.startswith("@") and " st." in ln]
     # the line guarded on its own runs where both guards hold
     assert "not.pred %evif_p0, %p2;" in lines and "and.pred %evif_p1, %evif_p0, %p3;" in lines
     assert "@%evif_p1 add.f32 %f2, %f2, 0f3F800000;" in lines
+
+
+def test_stores_the_sides_do_not_share_stay_guarded():
+    cases = {  # the other side stores elsewhere / writes the value after storing it
+        "another address": DIAMOND.replace("st.global.u32 \t[%rd2], %r3;",
+                                           "st.global.u32 \t[%rd3], %r3;"),
+        "value written after": DIAMOND.replace(
+            "st.global.u32 \t[%rd2], %r3;", "st.global.u32 \t[%rd2], %r3;\n\tmov.u32 \t%r3, 1;"),
+        "a wider store": DIAMOND.replace("mov.u32 \t%r3, 0;\n\tst.global.u32 \t[%rd2], %r3;",
+                                         "mov.u64 \t%rd3, 0;\n\tst.global.u64 \t[%rd2], %rd3;"),
+    }
+    for why, text in cases.items():
+        assert text != DIAMOND, why
+        module = ptx.parse(text)
+        assert if_convert(module.functions[0], 0, frozenset({"$L_exit"})) == 1, why
+        lines = _lines(module.render())
+        assert "@!%p2 st.global.f32 [%rd2], %f2;" in lines, why
+        assert not [ln for ln in lines if ln.startswith("selp")], why
 
 
 def test_a_diamond_whose_side_writes_the_condition_is_kept():
