@@ -69,7 +69,8 @@ def test_kernel_equals_load_spec_of_the_same_toml():
               {"name": "n", "dtype": "i32", "value": N}, api.scalar("slope", "f32", 0.01)]
     params += [api.buffer(s, "u8", 256, fill="const", value=0) for s in api.TRITON_SCRATCH]
     spec = api.kernel(TRITON / "leaky_relu.ptx", grid=(1024,), block=[128, 1], params=params,
-                      tolerance=(1e-5, 1e-6), description=want.description, name="leaky_relu")
+                      tolerance=(1e-5, 1e-6), description=want.description, name="leaky_relu",
+                      peer=want.peer)
     same_effect(spec, want)
     assert spec.timing == "events" and spec.entry == "leaky_relu"
 
@@ -150,13 +151,13 @@ def test_from_triton_adds_scratch_and_reads_shared_memory_and_block():
     want = load_spec(TRITON / "leaky_relu.toml")
     own = want.params[:4]
     spec = api.from_triton(fake_compiled("leaky_relu", 0), grid=1024, params=list(own),
-                           tolerance=(1e-5, 1e-6), description=want.description)
+                           tolerance=(1e-5, 1e-6), description=want.description, peer=want.peer)
     same_effect(spec, want)
     want = load_spec(TRITON / "rms_norm.toml")
     spec = api.from_triton(fake_compiled("rms_norm", 16, dict_metadata=True,
                                          global_scratch_size=0, profile_scratch_size=0),
                            grid=1024, params=list(want.params[:5]), tolerance=(1e-5, 1e-6),
-                           description=want.description)
+                           description=want.description, peer=want.peer)
     same_effect(spec, want)
     assert spec.shared_mem == 16 and spec.block == (128, 1, 1)
     given = api.from_triton(fake_compiled("rms_norm", 16), grid=1024, params=list(want.params),
