@@ -250,3 +250,52 @@ def exp_f64(t):
     import torch
 
     return torch.exp(t["x"])
+
+
+# libdevice math kernels (tests/data/unseen/math), each against torch's own function
+def tanh(t):
+    import torch
+
+    return torch.tanh(t["x"])
+
+
+def expm1(t):
+    import torch
+
+    return torch.expm1(t["x"])
+
+
+def atan(t):
+    import torch
+
+    return torch.atan(t["x"])
+
+
+def erfc(t):
+    import torch
+
+    return torch.erfc(t["x"])
+
+
+def normcdf(t):
+    import torch
+
+    return torch.special.ndtr(t["x"])
+
+
+def logistic(t):
+    import torch
+
+    return torch.sigmoid(t["x"])
+
+
+def softsign(t):
+    return _f().softsign(t["x"])
+
+
+def mish(t):
+    return _f().mish(t["x"])
+
+
+def hardswish(t):
+    return _f().hardswish(t["x"])
