@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--oracle-genomes", type=Path, metavar="PLAN",
                    help="measure one genome per distinct machine code of the oracle's space, "
                         "from a plan that python3 -m evo.oracle_plan wrote on a CPU (the same "
-                        "best, a tenth of the GPU host's ptxas time)")
+                        "best, about a quarter of the GPU host's ptxas time)")
     p.add_argument("--backend", default="auto", choices=BACKENDS,
                    help="gpu: measure; replay: answer from --store only (engine changes "
                         "tried offline on kept, merged stores); static: no GPU, estimates")
