@@ -169,6 +169,8 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
         stores.mkdir(exist_ok=True)
         results["device"] = backend.device
         results["backend"] = backend.describe()
+        if base.oracle.genomes:
+            results["oracle_plan"] = base.oracle.genomes
         phases = ([s for s in order if s not in WITH_PRIORS],
                   [s for s in order if s in WITH_PRIORS])
         for names in filter(None, phases):

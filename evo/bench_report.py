@@ -136,6 +136,9 @@ def render(results: dict, order: list[str], kernels: list[str] | None = None) ->
                  "invalid.")
     if results.get("priors"):
         title += f" Priors of {', '.join(WITH_PRIORS)}: {results['priors']}."
+    if results.get("oracle_plan") and "oracle" in order:
+        title += (f" The oracle measured one genome per distinct machine code of its space "
+                  f"(plan {results['oracle_plan']}): its evals count those.")
     return "\n".join([title, "", *rows, "", *summary_lines(results, order), "",
                       *memory_table(results, order)])
 
