@@ -50,7 +50,8 @@ def test_one_genome_per_machine_code_finds_the_whole_spaces_best(tmp_path, small
 
     whole = oracle(Config(), tmp_path / "whole")
     planned = oracle(Config().override("oracle", genomes=str(plan)), tmp_path / "planned")
-    assert "one genome per distinct machine code" in (tmp_path / "planned" / "bench.md").read_text()
+    said = "one genome per distinct machine code"
+    assert said in (tmp_path / "planned" / "bench.md").read_text()
     assert "distinct machine code" not in (tmp_path / "whole" / "bench.md").read_text()
     assert planned["best"] == whole["best"] and planned["genome"] == whole["genome"]
     assert planned["evals"] == entry["distinct_code"] < whole["evals"] == 108
