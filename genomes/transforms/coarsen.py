@@ -4,8 +4,8 @@ Applies to kernels of the shape ``genomes.thread_index.straight_body`` recognize
 index G = ctaid.x*ntid.x+tid.x that alone ties threads to the launch, an optional bounds
 check, a straight-line body, an exit that only returns) in a one-dimensional launch,
 once short forward branches in the body are predicated (``genomes.if_convert``: the
-triangles libdevice leaves in erff, logf, log1pf, tanhf). The new thread t runs the body
-for k values of G:
+branches libdevice leaves in erff, logf, log1pf, tanhf, early returns, short if/else).
+The new thread t runs the body for k values of G:
 
 - ``contiguous``: G = k·t, k·t+1, ..., k·t+k-1. Accesses whose address is affine in G are
   rewritten to copy 0's address plus a constant, and then merged into v2/v4 accesses
@@ -271,8 +271,8 @@ def apply(module: Module, launch: Launch, k: int, form: str) -> tuple[int, Launc
     fn, index = found
     if any(name.startswith(_PREFIX) for name in declared_registers(fn)):
         raise NotApplicable("already coarsened")
-    # libdevice's short branches (erff, logf, ...) become predication, the bounds check's
-    # branch to the exit block excepted (genomes.if_convert)
+    # short branches (libdevice's, early returns, if/else) become predication, the bounds
+    # check's branch to the exit block excepted (genomes.if_convert)
     if if_convert(fn, index.def_line + 1, _exit_labels(fn)):
         index = global_index(fn)  # lines moved (the new predicates' declaration)
         if isinstance(index, str):
