@@ -13,12 +13,12 @@ HEADER = """.version 8.0
 .address_size 64
 """
 
-# a bounds check to an exit block, a nested triangle (the inner one under %p3 inside the
-# outer one under %p2), two branches that skip to one label, an empty triangle, and a block
-# that writes its own branch condition
-KERNEL = HEADER + """
-.visible .entry k(.param .u64 x, .param .u32 n)
-{
+
+def _entry(name: str) -> str:
+    """A kernel's start: a bounds check on %tid.x to $L_exit, then %f1 = x[tid]."""
+    return HEADER + f"""
+.visible .entry {name}(.param .u64 x, .param .u32 n)
+{{
 \t.reg .pred \t%p<5>;
 \t.reg .b32 \t%r<4>;
 \t.reg .f32 \t%f<8>;
@@ -31,7 +31,12 @@ KERNEL = HEADER + """
 \tcvta.to.global.u64 \t%rd2, %rd1;
 \tmul.wide.u32 \t%rd3, %r2, 4;
 \tadd.s64 \t%rd2, %rd2, %rd3;
-\tld.global.f32 \t%f1, [%rd2];
+\tld.global.f32 \t%f1, [%rd2];"""
+
+# a bounds check to an exit block, a nested triangle (the inner one under %p3 inside the
+# outer one under %p2), two branches that skip to one label, an empty triangle, and a block
+# that writes its own branch condition
+KERNEL = _entry("k") + """
 \tmov.f32 \t%f2, %f1;
 \tsetp.gt.f32 \t%p2, %f1, 0f3F800000;
 \tsetp.gt.f32 \t%p3, %f1, 0f40000000;
@@ -132,22 +137,7 @@ def test_the_converted_kernel_assembles():
 
 # ``if (v != v) { y[i] = 0; return; } y[i] = v * 2;`` as nvcc lays it out: a diamond whose
 # sides meet at the exit block, which the bounds check reaches too
-DIAMOND = HEADER + """
-.visible .entry d(.param .u64 y, .param .u32 n)
-{
-\t.reg .pred \t%p<4>;
-\t.reg .b32 \t%r<4>;
-\t.reg .f32 \t%f<4>;
-\t.reg .b64 \t%rd<4>;
-\tld.param.u64 \t%rd1, [y];
-\tld.param.u32 \t%r1, [n];
-\tmov.u32 \t%r2, %tid.x;
-\tsetp.ge.u32 \t%p1, %r2, %r1;
-\t@%p1 bra \t$L_exit;
-\tcvta.to.global.u64 \t%rd2, %rd1;
-\tmul.wide.u32 \t%rd3, %r2, 4;
-\tadd.s64 \t%rd2, %rd2, %rd3;
-\tld.global.f32 \t%f1, [%rd2];
+DIAMOND = _entry("d") + """
 \tsetp.nan.f32 \t%p2, %f1, %f1;
 \tsetp.gt.f32 \t%p3, %f1, 0f00000000;
 \t@%p2 bra \t$L_nan;
