@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import gzip
-import hashlib
 import itertools
 import json
 import multiprocessing
@@ -44,7 +43,8 @@ def plan_kernel(name: str, workers: int, progress=print, limit: int | None = Non
     the genomes that failed to assemble, and one genome per distinct machine code
     (``limit``: the space's first genomes only, for tests)."""
     from genomes.variation import CHRONOS_TRANSFORMS, gene_alphabet, group_combinations
-    from harness.compile import compile_many
+    from harness.compile import compile_many, ptx_hash
+    from harness.evaluate import apply_from_file
     from harness.sass import cubin_text_hash
     from harness.store import code_hash
     from harness.suite import find_kernel
@@ -58,58 +58,36 @@ def plan_kernel(name: str, workers: int, progress=print, limit: int | None = Non
     start = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        # genomes travel as inline text, the baseline as "" (what parse_inline reads back)
-        while chunk := [str(g) if g.genes else "" for g in itertools.islice(combos, CHUNK)]:
-            applied = list(pool.map(_apply, [name] * len(chunk), chunk, chunksize=64))
+        while chunk := list(itertools.islice(combos, CHUNK)):
+            n = len(chunk)  # applied as the Evaluator's pool applies (baseline parsed once)
+            applied = [a for a, _ in pool.map(
+                apply_from_file, [str(spec.ptx_path)] * n, [spec.entry] * n,
+                [g.to_json() for g in chunk], [None] * n, [spec.launch.to_json()] * n,
+                chunksize=64)]
+            digests = [ptx_hash(a.ptx) for a in applied]
             fresh = {}
-            for ptx, _launch in applied:
-                digest = _hash(ptx)
+            for digest, a in zip(digests, applied):
                 if digest not in code_of_ptx:
-                    fresh.setdefault(digest, ptx)
+                    fresh.setdefault(digest, a.ptx)
             results = compile_many(list(fresh.values()), workers=workers)
             for digest, result in zip(fresh, results):
                 code_of_ptx[digest] = (code_hash(cubin_text_hash(result.cubin, [spec.entry]),
                                                  result.registers, result.shared_mem)
                                        if result.ok else None)
-            for genome, (ptx, launch) in zip(chunk, applied):
-                key = code_of_ptx[_hash(ptx)]
+            for genome, digest, a in zip(chunk, digests, applied):
+                key = code_of_ptx[digest]
                 if key is None:
                     failed += 1
                     continue
-                representatives.setdefault(key + spec.launch_suffix(launch), genome)
+                # inline text, the baseline as "" (what parse_inline reads back)
+                representatives.setdefault(key + spec.launch_suffix(a.launch),
+                                           str(genome) if genome.genes else "")
             total += len(chunk)
             progress(f"{name}: {total} genomes, {len(code_of_ptx)} distinct PTX, "
                      f"{len(representatives)} distinct code ({time.perf_counter() - start:.0f} s)")
     return {"genomes": total, "distinct_ptx": len(code_of_ptx),
             "distinct_code": len(representatives), "ptxas_failed": failed,
             "representatives": list(representatives.values())}
-
-
-def _apply(kernel: str, genome: str):
-    """(variant PTX, launch) of ``genome`` on ``kernel`` (in a pool process: the parsed
-    baseline is kept per process)."""
-    from genomes.genome import apply_genome, parse_inline
-
-    spec, module = _baseline(kernel)
-    applied = apply_genome(module, parse_inline(genome), spec.launch)
-    return applied.ptx, applied.launch
-
-
-_BASELINES: dict = {}
-
-
-def _baseline(kernel: str):
-    if kernel not in _BASELINES:
-        from genomes import ptx
-        from harness.suite import find_kernel
-
-        spec = find_kernel(kernel)
-        _BASELINES[kernel] = (spec, ptx.parse(spec.ptx_text()))
-    return _BASELINES[kernel]
-
-
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def load_plan(path: str | Path) -> dict:

@@ -72,18 +72,17 @@ def if_convert(fn: Function, start: int = 0, keep: frozenset[str] = frozenset())
 
     done += _branch_over_jump(fn, start)
     while (found := _triangle(fn, start, keep) or _diamond(fn, start, keep)) is not None:
-        branch, label, join = found
+        branch, label, jump, join = found
         ins = fn.body[branch].stmt
         condition = ins.pred.lstrip("@!")
         taken = ins.pred  # the guard under which the branch jumps
-        falls = ("@" if taken.startswith("@!") else "@!") + condition
+        falls = _negated(taken)
         if join is None:  # triangle: the skipped lines run where the branch falls through
             block = _guarded(fn.body[branch + 1:label], falls, condition, new_pred)
             # the label stays where other branches still jump to it
             end = label + 1 if _references(fn, fn.body[label].stmt.name) == 1 else label
             fn.body[branch:end] = block
         else:  # diamond: [branch+1, jump) falls through, (label, join) is jumped to
-            jump = _last_instruction(fn, label)
             sides = [fn.body[branch + 1:jump], fn.body[label + 1:join]]
             merged = _merged_store(sides, taken, new_value)
             block = (_guarded(sides[0], falls, condition, new_pred)
@@ -192,19 +191,19 @@ def _branches(fn: Function, start: int, keep: frozenset[str]):
 
 
 def _triangle(fn: Function, start: int, keep: frozenset[str]):
-    """(branch line, label line, None) of the first convertible triangle, or None. Other
+    """(branch line, label line, None, None) of the first convertible triangle, or None. Other
     branches may jump to the label too (``if (a) goto L; ...; if (b) goto L; ...; L:``):
     none lands inside the block (it holds no label), and the label stays for them."""
     for i, at, _, _ in _branches(fn, start, keep):
         if _plain_block(fn, i + 1, at, fn.body[i].stmt.pred.lstrip("@!")):
-            return i, at, None
+            return i, at, None, None
     return None
 
 
 def _diamond(fn: Function, start: int, keep: frozenset[str]):
-    """(branch line, else-label line, join-label line) of the first convertible diamond:
-    the fall-through side ends in an unguarded ``bra JOIN``, JOIN a label after the
-    jumped-to side; or None."""
+    """(branch line, else-label line, ``bra JOIN`` line, join-label line) of the first
+    convertible diamond: the fall-through side ends in an unguarded ``bra JOIN``, JOIN a
+    label after the jumped-to side; or None."""
     for i, at, labels, refs in _branches(fn, start, keep):
         if refs != 1:  # another branch lands on the jumped-to side: it is no one path's
             continue
@@ -216,7 +215,7 @@ def _diamond(fn: Function, start: int, keep: frozenset[str]):
         condition = fn.body[i].stmt.pred.lstrip("@!")
         if join is not None and join > at and _plain_block(fn, i + 1, jump, condition) \
                 and _plain_block(fn, at + 1, join, condition):
-            return i, at, join
+            return i, at, jump, join
     return None
 
 
@@ -238,12 +237,16 @@ def _branch_over_jump(fn: Function, start: int) -> int:
         if isinstance(jump, Instruction) and jump.op == "bra" and not jump.pred \
                 and isinstance(label, Label) and label.name == target \
                 and _references(fn, target) == 1:
-            negated = ("@" if ins.pred.startswith("@!") else "@!") + ins.pred.lstrip("@!")
             body[i] = dataclasses.replace(body[i], stmt=ins.with_(
-                pred=negated, operands=(jump.operands[0].strip(),)))
+                pred=_negated(ins.pred), operands=(jump.operands[0].strip(),)))
             del body[i + 1:k + 1]
             done += 1
     return done
+
+
+def _negated(guard: str) -> str:
+    """``@!%p`` for ``@%p`` and ``@%p`` for ``@!%p``."""
+    return ("@" if guard.startswith("@!") else "@!") + guard.lstrip("@!")
 
 
 def _next_statement(fn: Function, after: int) -> int | None:

@@ -182,7 +182,7 @@ class Evaluator:
         entry = spec.entry if self.backend.wants_clock_ptx and spec.timing == "clock64" else None
         launch = spec.launch.to_json()
         n = len(genomes)
-        return list(self._apply_pool.map(_apply_from_file, [path] * n, [spec.entry] * n,
+        return list(self._apply_pool.map(apply_from_file, [path] * n, [spec.entry] * n,
                                          [g.to_json() for g in genomes], [entry] * n,
                                          [launch] * n))
 
@@ -294,7 +294,7 @@ class Evaluator:
 _APPLY_CACHE: dict[tuple[str, str], ptx_model.Module] = {}  # per pool process: baselines
 
 
-def _apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: str | None,
+def apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: str | None,
                      launch_json: dict | None = None) -> tuple[Applied, str | None]:
     """Apply a genome in a pool process (the baseline is parsed once per process); with
     ``clock_entry``, also the result with its clock64 twin (``with_clock_twin``; None if

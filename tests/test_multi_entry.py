@@ -10,7 +10,7 @@ from pathlib import Path
 from genomes.genome import apply_genome, parse_inline
 from genomes.ptx import only_entry, parse
 from harness.compile import compile_ptx
-from harness.evaluate import _apply_from_file
+from harness.evaluate import apply_from_file
 from harness.spec import load_spec
 from harness.suite import find_kernel
 
@@ -58,7 +58,7 @@ def test_ptxas_figures_are_the_launched_kernels():
 
 def test_pool_apply_keys_baselines_by_entry():
     path = str(UNSEEN / "kernels.ptx")
-    silu, _ = _apply_from_file(path, "silu", parse_inline("").to_json(), None)
-    clamp, _ = _apply_from_file(path, "clamp_i32", parse_inline("").to_json(), None)
+    silu, _ = apply_from_file(path, "silu", parse_inline("").to_json(), None)
+    clamp, _ = apply_from_file(path, "clamp_i32", parse_inline("").to_json(), None)
     assert [f.name for f in parse(silu.ptx).entries] == ["silu"]
     assert [f.name for f in parse(clamp.ptx).entries] == ["clamp_i32"]
