@@ -33,6 +33,7 @@ every other strategy has finished every kernel), or from a priors file; bench.md
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 import time
@@ -258,7 +259,8 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
         start = time.perf_counter()
         try:
             res = search_kernel(kernel, config, measure, lambda events: None,
-                                new_checkpoint(config), lambda: None, prior=prior, spec=spec)
+                                new_checkpoint(config), lambda: None, prior=prior, spec=spec,
+                                code_keys=functools.partial(evaluator.code_keys, spec))
         finally:
             evaluator.close()
         seconds = time.perf_counter() - start

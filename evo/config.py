@@ -81,6 +81,9 @@ class EvolveConfig:
     prior_rate: float = _opt(0.5, lo=0.0, hi=1.0,
                              doc="with priors: probability that a mutation's new gene is drawn "
                                  "from the genes the prior expects to help")
+    novel_code: bool = _opt(True, doc="a child that assembles to machine code the search "
+                                      "has measured is mutated again, like one already "
+                                      "evaluated (ptxas on the CPU, before any GPU time)")
     screen: int = _opt(1, lo=1, hi=100,
                        doc="children bred per place; a cost model (scikit-learn) keeps the "
                            "most promising (1 = off)")

@@ -7,6 +7,7 @@ This module wires the parts together; the search itself is ``evo.search``, the r
 from __future__ import annotations
 
 import fnmatch
+import functools
 import glob
 import json
 import os
@@ -176,7 +177,8 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         prior = ledger.checkpoint["priors"].get(spec.name)
         result = search_kernel(spec.name, config, _measurer(evaluator, spec, bar, stop),
                                ledger.events, ledger.checkpoint, ledger.save,
-                               on_generation=bar.generation, spec=spec, llm=llm, prior=prior)
+                               on_generation=bar.generation, spec=spec, llm=llm, prior=prior,
+                               code_keys=functools.partial(evaluator.code_keys, spec))
         saved = ledger.checkpoint["kernels"][spec.name]
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             _check_finalist(spec, result, saved, ledger.events)

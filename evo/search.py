@@ -51,7 +51,10 @@ class KernelSearch:
     llm: object | None = None  # an evo.llm.mutation.LlmMutator when --llm-rate > 0
     spec: object | None = None  # the KernelSpec, for the LLM's prompt
     prior: dict | None = None  # evo.learn.priors.prior_for: other kernels' lessons, or None
+    # genomes -> their machine code keys, unmeasured (harness Evaluator.code_keys), or None
+    code_keys: Callable[[list[Genome]], list[str | None]] | None = None
     _alphabet: list | None = field(default=None, repr=False)  # see alphabet()
+    _codes: dict[str, str | None] = field(default_factory=dict, repr=False)  # see same_code
 
     def alphabet(self) -> list:
         """The genes this kernel's search draws from: those of the library that change the
@@ -80,6 +83,23 @@ class KernelSearch:
 
     def seen(self, genome: Genome) -> bool:
         return _key(genome) in self.known
+
+    def same_code(self, genome: Genome, batch: list[Genome] = ()) -> bool:
+        """Whether ``genome`` assembles to the machine code of a genome this search has
+        evaluated or of one in ``batch`` (False where the search cannot tell: no
+        ``code_keys``, or ptxas refuses it). Such a genome would be answered by the store
+        without a measurement: a trial spent on nothing new. The keys are memoized here,
+        not checkpointed: a resumed search computes the same ones again."""
+        if self.code_keys is None:
+            return False
+        keys = [_key(g) for g in (genome, *batch)] + list(self.known)
+        missing = list(dict.fromkeys(k for k in keys if k not in self._codes))
+        if missing:
+            codes = self.code_keys([Genome.from_json(json.loads(k)) for k in missing])
+            self._codes.update(zip(missing, codes))
+        mine = self._codes[keys[0]]
+        return mine is not None and mine in {self._codes[k] for k in keys[1:]
+                                             if k != keys[0]}
 
     def evaluate(self, genomes: list[Genome], generation: int) -> list[Measurement]:
         """Measurements for ``genomes`` (in order); new genomes count against the budget.
@@ -204,16 +224,19 @@ class KernelResult:
 
 def search_kernel(kernel: str, config: Config, measure, on_events, checkpoint: dict,
                   save: Callable[[], None], on_generation=None, *, spec=None,
-                  llm=None, prior: dict | None = None) -> KernelResult:
+                  llm=None, prior: dict | None = None, code_keys=None) -> KernelResult:
     """Run (or resume) one kernel's search to the end, checkpointing each generation.
 
     ``checkpoint["kernels"][kernel]`` is read to resume and written after every generation;
     ``save()`` persists the whole checkpoint. ``prior`` (plain JSON, ``evo.learn``) is what
     other kernels' results suggest; the caller keeps it fixed across a resume.
+    ``code_keys`` (genomes -> machine code keys, ``Evaluator.code_keys``) lets a strategy
+    tell apart genomes that assemble alike before it spends trials on them.
     """
     strategy = strategies.get(config.run.strategy)
     search = KernelSearch(kernel, config, random.Random(kernel_seed(config.run.seed, kernel)),
-                          measure, on_events, llm=llm, spec=spec, prior=prior)
+                          measure, on_events, llm=llm, spec=spec, prior=prior,
+                          code_keys=code_keys)
     saved = checkpoint["kernels"].get(kernel)
     state = search.restore(saved) if saved else strategy.start(search)
     while not strategy.finished(state, search):

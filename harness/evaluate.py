@@ -126,6 +126,7 @@ class Evaluator:
         self._setup_lock = threading.Lock()  # one baseline measurement, one apply pool
         self._modules: dict[str, ptx_model.Module] = {}  # parsed baseline PTX per kernel
         self._baselines: dict[str, tuple[str, str, Measurement]] = {}  # kernel -> ptx/code hash, m
+        self._code_keys: dict[tuple[str, str], str | None] = {}  # (kernel, PTX key) -> code_keys
 
     # ------------------------------------------------------------------ public
     def evaluate(self, spec, genomes: list[Genome]) -> list[Measurement]:
@@ -149,6 +150,27 @@ class Evaluator:
     def finish(self, batch: Batch) -> list[Measurement]:
         """Stages 5-6: the backend measures each unique new code once; store; answer."""
         return self._finish(batch)
+
+    def code_keys(self, spec, genomes: list[Genome]) -> list[str | None]:
+        """Each genome's machine code, as a key, without measuring it: applied here and
+        assembled alone (the backend's ptxas), keyed by the entry's code, registers, shared
+        memory and launch; None where ptxas refuses it. Two genomes with one key run the
+        same kernel, so a search spends a trial on one of them only (``[evolve]
+        novel_code``). The keys are comparable with each other, not with the store's
+        (which, on the GPU, come from the variant assembled with its clock64 twin)."""
+        module = self._module(spec)
+        variants = [_variant(spec, g, apply_genome(module, g, spec.launch)) for g in genomes]
+        with self._lock:
+            todo = {v.ptx_hash: v for v in variants
+                    if (spec.store_name, v.ptx_hash) not in self._code_keys}
+        compiled = self.backend.compile_many([v.ptx for v in todo.values()], self.arch,
+                                             self.workers) if todo else []
+        with self._lock:
+            for (key, v), c in zip(todo.items(), compiled):
+                self._code_keys[(spec.store_name, key)] = code_hash(
+                    cubin_text_hash(c.cubin, [spec.entry]), c.registers, c.shared_mem
+                ) + spec.launch_suffix(v.launch) if c.ok else None
+            return [self._code_keys[(spec.store_name, v.ptx_hash)] for v in variants]
 
     def close(self) -> None:
         if self._apply_pool is not None and self._owns_apply_pool:

@@ -129,7 +129,9 @@ def write_config(tmp_path, server) -> str:
 suite = ["{KERNEL}"]
 backend = "static"
 pop = 6
-seed = 5
+# The scripted answers (GOOD first) fit a parent whose first load of A is untouched: which
+# parent the first call gets follows from the seed's draws.
+seed = 3
 store = "{tmp_path / 'store.sqlite'}"
 
 [llm]
