@@ -108,6 +108,24 @@ def test_ptxas_failure_is_a_stored_result(tmp_path, breaking_gene):
         assert again.cached and again.reason == m.reason and ev.stats.compiled == 0
 
 
+def test_code_keys_tell_genomes_apart_by_machine_code_without_measuring(tmp_path,
+                                                                       breaking_gene):
+    spec, backend = find_kernel(KERNEL), CountingBackend()
+    ev = Evaluator(backend, Store(tmp_path / "s.sqlite"))
+    genomes = _genomes("", "maxnreg(n=255)", "vec_ld,maxnreg(n=255)", "vec_ld,maxnreg(n=254)",
+                       "vec_ld", breaking_gene)
+    base, budget, vec255, vec254, vec, broken = ev.code_keys(spec, genomes)
+    assert base == budget  # a register budget the kernel never reaches: the same code
+    assert vec == vec255 == vec254 != base  # the directives differ in PTX, not in code
+    assert broken is None  # ptxas refuses it
+    assert ev.code_keys(spec, genomes[:2]) == [base, budget]  # memoized: the same answer
+    # Another block size is another kernel launch, though ptxas makes the same code.
+    relu = find_kernel("relu")
+    same, other = ev.code_keys(relu, _genomes("", "block(threads=64)"))
+    assert other.startswith(same) and other != same
+    assert backend.calls == [] and ev.stats.genomes == 0  # nothing measured, nothing counted
+
+
 def test_replay_through_the_pipeline_never_writes(tmp_path):
     from harness.backends.replay import ReplayBackend
 

@@ -33,7 +33,15 @@ def fake_measure(kernel: str):
     return measure
 
 
-def run(config: Config, checkpoint: dict | None = None, stop_after: int | None = None):
+def transforms_only(genomes):
+    """A stand-in for ptxas: genomes with the same transforms, whatever their parameters,
+    'assemble' alike (many twins, as register budgets and cache hints make on real code)."""
+    return [",".join(sorted({g.transform for g in genome.effective().genes}))
+            for genome in genomes]
+
+
+def run(config: Config, checkpoint: dict | None = None, stop_after: int | None = None,
+        code_keys=None):
     """Search one kernel; ``stop_after`` generations simulates an interruption."""
     checkpoint = checkpoint or new_checkpoint(config)
     events: list[dict] = []
@@ -48,7 +56,8 @@ def run(config: Config, checkpoint: dict | None = None, stop_after: int | None =
             raise Stop
 
     try:
-        result = search_kernel("k", config, fake_measure("k"), events.extend, checkpoint, save)
+        result = search_kernel("k", config, fake_measure("k"), events.extend, checkpoint, save,
+                               code_keys=code_keys)
     except Stop:
         return None, saves[-1], events
     return result, checkpoint, events
@@ -124,6 +133,27 @@ def test_local_search_tries_neighbors_of_the_best_and_keeps_resume_exact():
     # It changes the search (it is not a no-op option).
     _, plain, _ = run(base)
     assert ckpt["kernels"]["k"]["known"] != plain["kernels"]["k"]["known"]
+
+
+def _twins(checkpoint: dict) -> int:
+    """Evaluated genomes whose code an earlier evaluated genome already had."""
+    known = [Genome.from_json(json.loads(k)) for k in checkpoint["kernels"]["k"]["known"]]
+    return len(known) - len(set(transforms_only(known)))
+
+
+def test_novel_code_spends_trials_on_code_not_measured_yet():
+    config = cfg(generations=9, pop=5)
+    _, with_codes, _ = run(config, code_keys=transforms_only)
+    _, blind, _ = run(config.override("evolve", novel_code=False), code_keys=transforms_only)
+    _, without, _ = run(config)  # no code_keys (a caller that cannot compile): as before
+    assert blind["kernels"]["k"] == without["kernels"]["k"]
+    assert _twins(with_codes) < _twins(blind) / 2
+    assert len(with_codes["kernels"]["k"]["known"]) <= len(blind["kernels"]["k"]["known"])
+    # The keys are memoized, not checkpointed: a resumed search asks for them again and
+    # goes on exactly as an uninterrupted one.
+    _, partial, _ = run(config, stop_after=4, code_keys=transforms_only)
+    _, resumed, _ = run(config, checkpoint=partial, code_keys=transforms_only)
+    assert resumed["kernels"]["k"] == with_codes["kernels"]["k"]
 
 
 def test_neighbors_are_one_step_from_the_best():

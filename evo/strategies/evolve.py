@@ -12,10 +12,11 @@ Generation 1 evaluates the initial population: the baseline (the empty genome) a
    it has none to offer, or otherwise, mutate each child with probability
    ``mutpb`` (insert, delete, replace, swap or re-parameterize a gene). Children equal
    to a genome already evaluated, or (``novel_code``) assembling to the machine code of
-   one, are mutated again (a few tries), so the budget goes to new kernels: on the gemm
-   tiles about 45 % of a 45-trial search's children were such twins (a register budget
-   the kernel never reaches, a cache hint on a load that another gene already changed);
-   ptxas tells them apart on the CPU, before they take GPU time;
+   one, are mutated again (a few tries), so the budget goes to new kernels. Without it,
+   48 % of the 45-trial searches' evaluations on the 64 gemm tiles were such twins (a
+   register budget the kernel never reaches, a cache hint on a load another gene already
+   changed), 14 % with it (BENCHMARKS.md, session 11); ptxas tells them apart on the
+   CPU, before they take GPU time;
 4. evaluate the children; the new population is elites + children.
 
 It is written as a DEAP program (``toolbox``): a ``deap.base.Toolbox`` with ``individual``
