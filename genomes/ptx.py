@@ -65,6 +65,8 @@ class Instruction:
         if not self.operands or self.op in _NO_DEST_OPS:
             return ()
         first = self.operands[0]
+        if self.op in _DEST_UNLESS_ADDRESS and first.startswith("["):
+            return ()
         return tuple(r for part in first.split("|") for r in _REG_RE.findall(part))
 
     def uses(self) -> tuple[str, ...]:
@@ -73,7 +75,8 @@ class Instruction:
         if self.pred:
             regs.append(self.pred.lstrip("@!"))
         # wgmma accumulates into its first operand: it reads what it writes.
-        start = 0 if (self.op in _NO_DEST_OPS or self.op == "wgmma" or not self.operands) else 1
+        start = 0 if (self.op in _NO_DEST_OPS or self.op == "wgmma" or not self.operands
+                      or not self.defs()) else 1
         for operand in self.operands[start:]:
             regs.extend(_REG_RE.findall(operand))
         return tuple(regs)
@@ -98,9 +101,13 @@ class Instruction:
 _NO_DEST_OPS = frozenset(
     {"st", "red", "bra", "brx", "ret", "exit", "bar", "barrier", "membar", "fence",
      "prefetch", "prefetchu", "trap", "brkpt", "call", "cp", "stmatrix",
-     "griddepcontrol", "setmaxnreg", "mbarrier", "elect", "nanosleep", "pmevent",
-     "applypriority", "discard", "createpolicy", "multimem", "tensormap", "cvt.pack"}
+     "griddepcontrol", "setmaxnreg", "nanosleep", "pmevent", "applypriority", "discard",
+     "tensormap"}
 )
+# ops that write their first operand unless it is an address: ``mbarrier.arrive %state,
+# [bar]`` and ``mbarrier.try_wait %p, [bar], ...`` write, ``mbarrier.init [bar], n`` does
+# not; ``multimem.ld_reduce`` writes, ``multimem.st``/``.red`` do not
+_DEST_UNLESS_ADDRESS = frozenset({"mbarrier", "multimem"})
 STATE_SPACES = ("global", "shared", "local", "param", "const", "generic")
 
 
