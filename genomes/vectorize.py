@@ -8,9 +8,12 @@ from genomes.memory import PointerInfo, basic_blocks
 from genomes.ptx import Address, Directive, Instruction, Line, Other
 
 MAX_VECTOR_BYTES = 16  # v4 of 4-byte or v2 of 8-byte elements
-# 2-byte elements (nvcc moves f16/bf16 values as u16/b16) form v2 and v4: PTX has no v8
-SIZES = {"b16": 2, "u16": 2, "s16": 2, "f32": 4, "b32": 4, "u32": 4, "s32": 4,
-         "f64": 8, "b64": 8, "u64": 8, "s64": 8}
+# 1- and 2-byte elements (int8 data; nvcc moves f16/bf16 values as u16/b16) form v2 and
+# v4 too: ptxas (CUDA 13.0, sm_90) makes ld.global.v4.u8 one 32-bit LDG and a PRMT per
+# byte, where four scalar loads were four LDG.U8; each element is widened into its
+# register as the scalar load widened it
+SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2,
+         "f32": 4, "b32": 4, "u32": 4, "s32": 4, "f64": 8, "b64": 8, "u64": 8, "s64": 8}
 
 
 def blocks_motion(stmt) -> bool:

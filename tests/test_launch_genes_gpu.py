@@ -26,7 +26,8 @@ pytestmark = pytest.mark.gpu
 UNSEEN = Path(__file__).parent / "data" / "unseen"
 KERNELS = ["relu", "gelu", "saxpy", "batchnorm_infer", "embedding_gather",
            *(str(p) for p in sorted(UNSEEN.glob("*.toml"))),
-           *(str(p) for p in sorted(UNSEEN.glob("wild/*.toml")))]  # f16 scopes, 64-bit index
+           *(str(p) for p in sorted(UNSEEN.glob("wild/*.toml"))),  # f16 scopes, 64-bit index
+           *(str(p) for p in sorted(UNSEEN.glob("probe/*.toml")))]  # int8 data: v4.u8
 GENOMES = ["coarsen(k=4)", "coarsen(k=2)", "coarsen(k=8)", "coarsen(k=4,form=strided)",
            "coarsen(k=8,form=strided)", "block(threads=128)", "block(threads=1024)",
            "coarsen(k=4),block(threads=512)", "threads(threads=128)", "threads(threads=64)"]

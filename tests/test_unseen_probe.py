@@ -16,7 +16,7 @@ import pytest
 
 from conftest import needs_ptxas
 from genomes import ptx
-from genomes.genome import Genome, apply_genome
+from genomes.genome import Genome, apply_genome, parse_inline
 from genomes.launch import Launch
 from genomes.variation import gene_alphabet, random_genome
 from harness.compile import compile_many
@@ -81,3 +81,15 @@ def test_every_gene_is_a_no_op_or_assembles(module, entry):
     failures = [f"{label}: {r.error}" for label, r in zip(labels, compile_many(variants))
                 if not r.ok]
     assert not errors + failures, "\n".join(errors + failures)
+
+
+@pytest.mark.parametrize("entry, vector", [("u8_to_f32_norm", "ld.global.nc.v4.u8"),
+                                           ("i8_widen_sum", "ld.global.v4.s8"),
+                                           ("two_outputs", "st.global.v4.u8"),
+                                           ("i16_sat_add", "ld.global.v4.s16")])
+def test_coarsened_byte_and_short_accesses_become_vectors(module, entry, vector):
+    """Four threads' bytes (int8 data) are one 32-bit access once coarsened: a v4 of u8."""
+    applied = apply_genome(module, parse_inline("coarsen(form=contiguous,k=4)"), _launch(entry))
+    assert applied.outcomes[0].status == "applied", applied.outcomes[0].detail
+    fn = next(f for f in ptx.parse(applied.ptx).functions if f.name == entry)
+    assert any(ins.opcode == vector for ins in fn.instructions())

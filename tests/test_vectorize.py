@@ -27,6 +27,7 @@ from genomes.memory import PointerInfo, access_of, effect
 from genomes.ptx import Module, parse, registers_in
 from genomes.transforms import registry
 from genomes.transforms import split_ld, vec_ld, vec_st
+from genomes.vectorize import SIZES
 from harness.toolchain import MissingToolError, find_ptxas
 
 ROOT = Path(__file__).parents[1]
@@ -319,13 +320,17 @@ def test_vec_ld_unchanged_lines_are_byte_identical_and_whitespace_kept():
      "\t@%p1 ld.global.b32 \t{ %r2 }, [ %rd3 + 4 ];\n", 1),
     # shared and param loads are never touched.
     ("\tld.param.u64 \t%rd10, [k_param_0+0];\n", 0),
+    # int8 data: four bytes at a 4-aligned offset are one v4.u8 (one 32-bit access)...
+    ("".join(f"\tld.global.u8 \t%r{k + 1}, [%rd3+{4 + k}];\n" for k in range(4)), 1),
+    # ...but [A+1..A+4] is not 4-aligned: only the 2-aligned pair [A+2], [A+3] merges.
+    ("".join(f"\tld.global.s8 \t%r{k + 1}, [%rd3+{1 + k}];\n" for k in range(4)), 1),
 ])
 def test_vec_ld_needs_provable_alignment(body, count):
     text = kernel(body)
     module, n = applied(vec_ld, text, width=4)
     assert n == count, module.render()
     for ins, length, (base, off), info in vectors(module, "ld"):
-        assert address_alignment(ins.address(), info) >= length * (8 if "f64" in ins.opcode else 4)
+        assert address_alignment(ins.address(), info) >= length * SIZES[ins.mods[-1]]
     assert load_pairs(module) == load_pairs(parse(text))
     if _ptxas_path():
         assert ptxas(module.render()) == ""

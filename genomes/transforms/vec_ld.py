@@ -1,8 +1,8 @@
 """Merge scalar global loads of consecutive addresses into one vector load.
 
 Rule, inside each basic block: scalar loads ``ld.global[.mods].T %d, [%base+k]`` with T of
-4 bytes (f32/b32/u32/s32) or 8 bytes (f64/b64/u64/s64), the same opcode, the same guard
-and the same base register, reading ``k, k+s, ..., k+(n-1)s`` (s = sizeof T), become
+1, 2, 4 or 8 bytes (``genomes.vectorize.SIZES``: u8 ... s64), the same opcode, the same
+guard and the same base register, reading ``k, k+s, ..., k+(n-1)s`` (s = sizeof T), become
 ``ld.global[.mods].vn.T {%d0, ..., %dn-1}, [%base+k]`` placed where the *first* of them
 (in program order) was. It is done only where
 
@@ -13,9 +13,9 @@ and the same base register, reading ``k, k+s, ..., k+(n-1)s`` (s = sizeof T), be
   writes the load's base or guard register, and nothing between reads or writes its
   destination register.
 
-``width=4`` makes v4 groups of 4-byte loads (16 bytes); a group that cannot be completed
-to four falls back to v2 (8 bytes), so ``width=4`` is "as wide as provable". 8-byte types
-only ever form v2 (16 bytes, the widest vector access). ``width=2`` makes v2 only.
+``width=4`` makes v4 groups (16 bytes of 4-byte loads, 4 of bytes); a group that cannot
+be completed to four falls back to v2, so ``width=4`` is "as wide as provable". 8-byte
+types only ever form v2 (16 bytes, the widest vector access). ``width=2`` makes v2 only.
 Parameter, shared, local and const loads are left alone.
 
 Why the hoisting argument holds for several groups at once: every load that moves
@@ -138,9 +138,9 @@ TRANSFORM = Transform(
     group="ld_width",
     summary="merge scalar global loads of consecutive, provably aligned addresses into "
             "ld.global.v2/.v4",
-    applies_when="a basic block has 2 or 4 scalar 4-byte (or 2 scalar 8-byte) global loads "
-                 "from one base register at consecutive offsets, the first provably aligned "
-                 "to the vector size, with no store or barrier between them",
+    applies_when="a basic block has 2 or 4 scalar 1-, 2- or 4-byte (or 2 scalar 8-byte) "
+                 "global loads from one base register at consecutive offsets, the first "
+                 "provably aligned to the vector size, with no store or barrier between them",
     params=(Param("width", default=4, choices=(2, 4)),),
     apply=apply,
 )

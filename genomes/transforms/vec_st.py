@@ -1,8 +1,8 @@
 """Merge scalar global stores of consecutive addresses into one vector store.
 
 The mirror of ``vec_ld``. Rule, inside each basic block: scalar stores
-``st.global[.mods].T [%base+k], v`` (T of 4 or 8 bytes, the same opcode, guard and base
-register) writing ``k, k+s, ..., k+(n-1)s`` become
+``st.global[.mods].T [%base+k], v`` (T of 1, 2, 4 or 8 bytes, the same opcode, guard and
+base register) writing ``k, k+s, ..., k+(n-1)s`` become
 ``st.global[.mods].vn.T [%base+k], {v0, ..., vn-1}`` placed where the *last* of them (in
 program order) was, i.e. the earlier stores are sunk. It is done only where
 
@@ -16,8 +16,8 @@ program order) was, i.e. the earlier stores are sunk. It is done only where
 Immediate values (``0f00000000``) go into the brace list as they are: ptxas (CUDA 13.0,
 sm_90) accepts ``st.global.v4.f32 [%rd1], {0f00000000, %f2, ...}``.
 
-``width=4``: v4 groups of 4-byte stores, falling back to v2 where four cannot be
-gathered; 8-byte types only form v2. ``width=2``: v2 only. Other state spaces are left
+``width=4``: v4 groups (of 1-, 2- or 4-byte stores), falling back to v2 where four cannot
+be gathered; 8-byte types only form v2. ``width=2``: v2 only. Other state spaces are left
 alone.
 """
 
@@ -135,10 +135,10 @@ TRANSFORM = Transform(
     group="st_width",
     summary="merge scalar global stores of consecutive, provably aligned addresses into "
             "st.global.v2/.v4",
-    applies_when="a basic block has 2 or 4 scalar 4-byte (or 2 scalar 8-byte) global stores "
-                 "to one base register at consecutive offsets, the first provably aligned "
-                 "to the vector size, with no other store, no barrier and no possibly "
-                 "aliasing load between them",
+    applies_when="a basic block has 2 or 4 scalar 1-, 2- or 4-byte (or 2 scalar 8-byte) "
+                 "global stores to one base register at consecutive offsets, the first "
+                 "provably aligned to the vector size, with no other store, no barrier "
+                 "and no possibly aliasing load between them",
     params=(Param("width", default=4, choices=(2, 4)),),
     apply=apply,
 )
