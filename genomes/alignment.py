@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import weakref
 
-from genomes.memory import PARAM_ALIGN, PointerInfo
+from genomes.memory import PARAM_ALIGN, PointerInfo, access_size
 from genomes.ptx import Address, Instruction
 
 # No vector access is wider than 16 bytes, so more is never needed by callers.
@@ -119,7 +119,10 @@ def _pointer_params(info: PointerInfo) -> frozenset[str]:
     """Params whose value the function uses as an address (cvta'd or a load's base).
 
     A ``.u64`` param may as well be a size, whose value has no alignment at all, so a
-    param only counts as a (PARAM_ALIGN-aligned) pointer on this evidence.
+    param only counts as a (PARAM_ALIGN-aligned) pointer on this evidence. A load's base
+    may also be the param plus an offset computed from no address at all (``__ldg(x + i)``
+    reads ``[x + 4i]`` with no cvta): one of the two addends is the pointer, and an
+    integer made of indices and 32-bit params cannot be it.
     """
     found: set[str] = set()
     for instructions in info.defs.values():
@@ -129,6 +132,8 @@ def _pointer_params(info: PointerInfo) -> frozenset[str]:
             elif ins.op in ("ld", "ldu") and ins.space != "param":
                 addr = ins.address()
                 candidates = [addr.base] if addr else []
+                if addr and ins.space == "global" and addr.base.startswith("%"):
+                    candidates += _pointer_addend(addr.base, info)
             else:
                 continue
             for reg in candidates:
@@ -136,6 +141,36 @@ def _pointer_params(info: PointerInfo) -> frozenset[str]:
                 if root is not None:
                     found.add(root.param)
     return frozenset(found)
+
+
+def _pointer_addend(reg: str, info: PointerInfo) -> list[str]:
+    """For ``reg = add.s64 a, b`` (its one definition, unguarded) with ``b`` an integer
+    that is no address (``_no_address``), ``[a]``; else none."""
+    ins = info.single_def(reg)
+    if ins is None or ins.pred or ins.op != "add" or len(ins.operands) != 3:
+        return []
+    a, b = ins.operands[1], ins.operands[2]
+    out = [ptr for ptr, offset in ((a, b), (b, a))
+           if ptr.startswith("%") and _no_address(offset, info, 0)]
+    return out if len(out) == 1 else []
+
+
+def _no_address(operand: str, info: PointerInfo, depth: int) -> bool:
+    """Whether ``operand`` is computed from immediates, special registers (``%tid.x``) and
+    params of at most 32 bits alone, through arithmetic: then it holds no address (no
+    64-bit param, no symbol's address, nothing loaded from memory)."""
+    if not operand.startswith("%"):
+        return _imm(operand) is not None  # a symbol (a variable's address) is an address
+    defs = info.defs.get(operand)
+    if defs is None:
+        return "." in operand  # %tid.x, %ctaid.y, ...: never an address
+    if depth > _MAX_DEPTH or len(defs) != 1:
+        return False
+    ins = defs[0]
+    if ins.op == "ld":
+        return ins.space == "param" and access_size(ins) <= 4
+    return ins.op in ("mov", "cvt", "add", "sub", "mul", "mad", "shl", "and", "or") and all(
+        _no_address(src, info, depth + 1) for src in ins.operands[1:])
 
 
 def _operand(text: str, info: PointerInfo, depth: int) -> tuple[int, int]:

@@ -320,6 +320,9 @@ def test_vec_ld_unchanged_lines_are_byte_identical_and_whitespace_kept():
      "\t@%p1 ld.global.b32 \t{ %r2 }, [ %rd3 + 4 ];\n", 1),
     # shared and param loads are never touched.
     ("\tld.param.u64 \t%rd10, [k_param_0+0];\n", 0),
+    # __ldg(x + i): the pointer param plus 16·tid with no cvta is still a pointer.
+    ("\tmov.u32 \t%r1, %tid.x;\n\tmul.wide.u32 \t%rd8, %r1, 16;\n\tadd.s64 \t%rd7, %rd9, %rd8;\n"
+     + "".join(f"\tld.global.nc.f32 \t%f{k + 1}, [%rd7+{4 * k}];\n" for k in range(4)), 1),
     # int8 data: four bytes at a 4-aligned offset are one v4.u8 (one 32-bit access)...
     ("".join(f"\tld.global.u8 \t%r{k + 1}, [%rd3+{4 + k}];\n" for k in range(4)), 1),
     # ...but [A+1..A+4] is not 4-aligned: only the 2-aligned pair [A+2], [A+3] merges.
@@ -334,6 +337,20 @@ def test_vec_ld_needs_provable_alignment(body, count):
     assert load_pairs(module) == load_pairs(parse(text))
     if _ptxas_path():
         assert ptxas(module.render()) == ""
+
+
+def test_a_param_added_to_a_variables_address_is_an_offset_not_a_pointer():
+    """``table[off]`` with ``table`` a (16-aligned) global variable's address and ``off``
+    a 64-bit param: the param is the offset, so nothing about its alignment is known."""
+    body = ("\tmov.u64 \t%rd10, gtab;\n\tand.b64 \t%rd11, %rd10, -16;\n"
+            "\tadd.s64 \t%rd7, %rd11, %rd9;\n"
+            + "".join(f"\tld.global.u8 \t%r{k + 1}, [%rd7+{k}];\n" for k in range(4)))
+    text = kernel(body).replace(".address_size 64\n",
+                                ".address_size 64\n\n.global .align 4 .b8 gtab[64];\n")
+    module, n = applied(vec_ld, text, width=4)
+    assert n == 0, module.render()
+    if _ptxas_path():
+        assert ptxas(text) == ""
 
 
 def test_known_alignment_rules():
