@@ -86,9 +86,11 @@ def test_every_gene_is_a_no_op_or_assembles(module, entry):
 @pytest.mark.parametrize("entry, vector", [("u8_to_f32_norm", "ld.global.nc.v4.u8"),
                                            ("i8_widen_sum", "ld.global.v4.s8"),
                                            ("two_outputs", "st.global.v4.u8"),
+                                           ("two_outputs", "ld.global.nc.v4.f32"),
                                            ("i16_sat_add", "ld.global.v4.s16")])
 def test_coarsened_byte_and_short_accesses_become_vectors(module, entry, vector):
-    """Four threads' bytes (int8 data) are one 32-bit access once coarsened: a v4 of u8."""
+    """Four threads' bytes (int8 data) are one 32-bit access once coarsened: a v4 of u8;
+    and ``__ldg(x + i)``, a load from the pointer param with no cvta, a v4 too."""
     applied = apply_genome(module, parse_inline("coarsen(form=contiguous,k=4)"), _launch(entry))
     assert applied.outcomes[0].status == "applied", applied.outcomes[0].detail
     fn = next(f for f in ptx.parse(applied.ptx).functions if f.name == entry)
