@@ -6,8 +6,8 @@ evaluations on four gemm tiles were answered by the store, BENCHMARKS.md session
 genomes with the same machine code, registers, shared memory and launch run the same
 kernel, so only one of each group needs the GPU. What the oracle spends is ptxas time, and
 ptxas runs on any machine: this module applies and compiles the whole space here, groups
-it by what the harness keys measurements by (``harness.store.code_hash``: the code of the
-kernel's entry, its registers and shared memory, plus its launch), and writes the first
+it by what the harness keys measurements by (``harness.evaluate.compiled_key``: the code
+of the kernel's entry, its registers and shared memory, plus its launch), and writes the first
 genome of each group in the oracle's order. ``evo bench --oracle-genomes FILE`` then
 measures those alone; the best of them is the oracle's best.
 
@@ -44,9 +44,7 @@ def plan_kernel(name: str, workers: int, progress=print, limit: int | None = Non
     (``limit``: the space's first genomes only, for tests)."""
     from genomes.variation import CHRONOS_TRANSFORMS, gene_alphabet, group_combinations
     from harness.compile import compile_many, ptx_hash
-    from harness.evaluate import apply_from_file
-    from harness.sass import cubin_text_hash
-    from harness.store import code_hash
+    from harness.evaluate import apply_from_file, compiled_key
     from harness.suite import find_kernel
 
     spec = find_kernel(name)
@@ -71,8 +69,7 @@ def plan_kernel(name: str, workers: int, progress=print, limit: int | None = Non
                     fresh.setdefault(digest, a.ptx)
             results = compile_many(list(fresh.values()), workers=workers)
             for digest, result in zip(fresh, results):
-                code_of_ptx[digest] = (code_hash(cubin_text_hash(result.cubin, [spec.entry]),
-                                                 result.registers, result.shared_mem)
+                code_of_ptx[digest] = (compiled_key(spec, result, [spec.entry])
                                        if result.ok else None)
             for genome, digest, a in zip(chunk, digests, applied):
                 key = code_of_ptx[digest]

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from genomes.memory import effect
 from genomes.ptx import Directive, Function, Instruction, Label, Line, Other
 from genomes.vectorize import SIZES
 
@@ -130,8 +131,6 @@ def _merged_store(sides: list[list[Line]], taken: str, new_value) -> list[Line]:
 def _final_store(side: list[Line]) -> tuple[int, Instruction] | None:
     """(position, instruction) of the side's last memory access, when it is an unguarded
     scalar store of a register that no later line of the side writes, nor its address."""
-    from genomes.memory import effect
-
     touches = [k for k, ln in enumerate(side)
                if isinstance(ln.stmt, Instruction) and effect(ln.stmt) != "alu"]
     if not touches:

@@ -167,9 +167,8 @@ class Evaluator:
                                              self.workers) if todo else []
         with self._lock:
             for (key, v), c in zip(todo.items(), compiled):
-                self._code_keys[(spec.store_name, key)] = code_hash(
-                    cubin_text_hash(c.cubin, [spec.entry]), c.registers, c.shared_mem
-                ) + spec.launch_suffix(v.launch) if c.ok else None
+                self._code_keys[(spec.store_name, key)] = \
+                    compiled_key(spec, c, [spec.entry], v.launch) if c.ok else None
             return [self._code_keys[(spec.store_name, v.ptx_hash)] for v in variants]
 
     def close(self) -> None:
@@ -248,8 +247,7 @@ class Evaluator:
                 if v.twin_ptx:
                     v.clock_cubin, v.clock_entry = c.cubin, clock_entry_name(spec.entry)
                     only = [spec.entry]
-                v.code_hash = code_hash(cubin_text_hash(c.cubin, only), c.registers,
-                                        c.shared_mem) + spec.launch_suffix(v.launch)
+                v.code_hash = compiled_key(spec, c, only, v.launch)
                 b.by_code.setdefault(v.code_hash, []).append(v)
                 continue
             stats.ptxas_errors += 1
@@ -311,6 +309,14 @@ class Evaluator:
         if spec.name not in self._modules:
             self._modules[spec.name] = ptx_model.parse(spec.ptx_text(), str(spec.ptx_path))
         return self._modules[spec.name]
+
+
+def compiled_key(spec, compiled, functions: list[str] | None, launch=None) -> str:
+    """The store's key of assembled code (``harness.store.code_hash``): the machine code of
+    ``functions`` (None: every function), registers and shared memory, plus the launch
+    where it is not the spec's."""
+    return code_hash(cubin_text_hash(compiled.cubin, functions), compiled.registers,
+                     compiled.shared_mem) + spec.launch_suffix(launch)
 
 
 _APPLY_CACHE: dict[tuple[str, str], ptx_model.Module] = {}  # per pool process: baselines
