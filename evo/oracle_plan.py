@@ -7,7 +7,7 @@ genomes with the same machine code, registers, shared memory and launch run the 
 kernel, so only one of each group needs the GPU. What the oracle spends is ptxas time, and
 ptxas runs on any machine: this module applies and compiles the whole space here, groups
 it by what the harness keys measurements by (``harness.evaluate.compiled_key``: the code
-of the kernel's entry, its registers and shared memory, plus its launch), and writes the first
+of every function the kernel can reach, its registers and shared memory, plus its launch), and writes the first
 genome of each group in the oracle's order. ``evo bench --oracle-genomes FILE`` then
 measures those alone; the best of them is the oracle's best.
 
@@ -69,7 +69,7 @@ def plan_kernel(name: str, workers: int, progress=print, limit: int | None = Non
                     fresh.setdefault(digest, a.ptx)
             results = compile_many(list(fresh.values()), workers=workers)
             for digest, result in zip(fresh, results):
-                code_of_ptx[digest] = (compiled_key(spec, result, [spec.entry])
+                code_of_ptx[digest] = (compiled_key(spec, result)
                                        if result.ok else None)
             for genome, digest, a in zip(chunk, digests, applied):
                 key = code_of_ptx[digest]

@@ -153,7 +153,7 @@ class Evaluator:
 
     def code_keys(self, spec, genomes: list[Genome]) -> list[str | None]:
         """Each genome's machine code, as a key, without measuring it: applied here and
-        assembled alone (the backend's ptxas), keyed by the entry's code, registers, shared
+        assembled alone (the backend's ptxas), keyed by its code, registers, shared
         memory and launch; None where ptxas refuses it. Two genomes with one key run the
         same kernel, so a search spends a trial on one of them only (``[evolve]
         novel_code``). The keys are comparable with each other, not with the store's
@@ -168,7 +168,7 @@ class Evaluator:
         with self._lock:
             for (key, v), c in zip(todo.items(), compiled):
                 self._code_keys[(spec.store_name, key)] = \
-                    compiled_key(spec, c, [spec.entry], v.launch) if c.ok else None
+                    compiled_key(spec, c, v.launch) if c.ok else None
             return [self._code_keys[(spec.store_name, v.ptx_hash)] for v in variants]
 
     def close(self) -> None:
@@ -243,11 +243,11 @@ class Evaluator:
         for v, c in zip(todo, compiled):
             v.compiled = c
             if c.ok:
-                only = None  # keyed by the variant's own code, not its twin's beside it
+                twin = ()  # keyed by the variant's own code, not its twin's beside it
                 if v.twin_ptx:
                     v.clock_cubin, v.clock_entry = c.cubin, clock_entry_name(spec.entry)
-                    only = [spec.entry]
-                v.code_hash = compiled_key(spec, c, only, v.launch)
+                    twin = (v.clock_entry,)
+                v.code_hash = compiled_key(spec, c, v.launch, exclude=twin)
                 b.by_code.setdefault(v.code_hash, []).append(v)
                 continue
             stats.ptxas_errors += 1
@@ -311,11 +311,13 @@ class Evaluator:
         return self._modules[spec.name]
 
 
-def compiled_key(spec, compiled, functions: list[str] | None, launch=None) -> str:
+def compiled_key(spec, compiled, launch=None, exclude: tuple[str, ...] = ()) -> str:
     """The store's key of assembled code (``harness.store.code_hash``): the machine code of
-    ``functions`` (None: every function), registers and shared memory, plus the launch
-    where it is not the spec's."""
-    return code_hash(cubin_text_hash(compiled.cubin, functions), compiled.registers,
+    every function the launch can reach (all but ``exclude``: a clock64 twin assembled
+    beside the variant), what it addresses, registers and shared memory, plus the launch
+    where it is not the spec's. Keyed by the entry alone, two variants differing only in a
+    non-inlined ``.func`` shared a key, and the second got the first's verdict."""
+    return code_hash(cubin_text_hash(compiled.cubin, exclude=exclude), compiled.registers,
                      compiled.shared_mem) + spec.launch_suffix(launch)
 
 

@@ -109,8 +109,8 @@ def normalize_sass(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _elf_text_sections(cubin: bytes) -> list[tuple[str, bytes]]:
-    """(name, contents) of the ``.text.*`` sections of a 64-bit little-endian ELF."""
+def _elf_sections(cubin: bytes) -> list[tuple[str, int, int, bytes]]:
+    """(name, type, link, contents) of every section of a 64-bit little-endian ELF."""
     if cubin[:4] != b"\x7fELF" or len(cubin) < 64 or cubin[4] != 2 or cubin[5] != 1:
         raise ValueError("not a 64-bit little-endian ELF cubin")
     shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
@@ -121,31 +121,77 @@ def _elf_text_sections(cubin: bytes) -> list[tuple[str, bytes]]:
     ]
     strtab_off, strtab_size = headers[shstrndx][4], headers[shstrndx][5]
     strtab = cubin[strtab_off:strtab_off + strtab_size]
-
     sections = []
-    for sh_name, _type, _flags, _addr, offset, size, *_ in headers:
+    for sh_name, sh_type, _flags, _addr, offset, size, link, *_ in headers:
         name = strtab[sh_name:strtab.index(b"\0", sh_name)].decode("ascii", "replace")
-        if name.startswith(".text."):
-            sections.append((name, cubin[offset:offset + size]))
-    return sorted(sections)
+        data = b"" if sh_type == 8 else cubin[offset:offset + size]  # 8: NOBITS
+        sections.append((name, sh_type, link, data))
+    return sections
 
 
-def cubin_text_hash(cubin: bytes, functions: Iterable[str] | None = None) -> str:
-    """sha256 over the ``.text.<function>`` sections (name, size, bytes) of a cubin, or of
-    those of ``functions`` only (a cubin holding a variant and its clock64 twin is keyed
-    by the variant alone).
+def _elf_text_sections(cubin: bytes) -> list[tuple[str, bytes]]:
+    """(name, contents) of the ``.text.*`` sections of a 64-bit little-endian ELF."""
+    return sorted((name, data) for name, _, _, data in _elf_sections(cubin)
+                  if name.startswith(".text."))
 
-    Only the machine code is hashed: other sections (symbol tables, ``.nv.info``
-    attributes, notes) can differ between programs whose code is identical.
-    Relocations are left out too, so two programs differing only in which
-    global symbol they address would collide; evo's variants never do that.
+
+_DATA_SECTIONS = (".nv.global.init", ".nv.constant3", ".nv.constant4")
+"""Module data the code reads: initialized ``.global`` variables, ``.const`` tables, and
+the bank of module-variable addresses (its relocations name the variables)."""
+
+
+def _relocations(sections, index: int) -> list[bytes]:
+    """The relocations of section ``index``'s RELA/REL section, each as the offset, type,
+    addend and the NAME of the symbol it points at (symbol indices differ between
+    programs)."""
+    names = [name for name, *_ in sections]
+    out = []
+    for name, sh_type, link, data in sections:
+        if sh_type not in (4, 9) or name not in (".rela" + names[index], ".rel" + names[index]):
+            continue  # 4: RELA (24-byte entries), 9: REL (16)
+        _, _, strlink, symtab = sections[link]
+        strtab = sections[strlink][3]
+        size = 24 if sh_type == 4 else 16
+        for at in range(0, len(data) - size + 1, size):
+            offset, info = struct.unpack_from("<QQ", data, at)
+            addend = struct.unpack_from("<q", data, at + 16)[0] if size == 24 else 0
+            st_name = struct.unpack_from("<I", symtab, (info >> 32) * 24)[0]
+            symbol = strtab[st_name:strtab.index(b"\0", st_name)]
+            out.append(struct.pack("<QIq", offset, info & 0xFFFFFFFF, addend) + symbol)
+    return out
+
+
+def cubin_text_hash(cubin: bytes, functions: Iterable[str] | None = None,
+                    exclude: Iterable[str] = ()) -> str:
+    """sha256 over the machine code of a cubin's functions: each ``.text.<function>``
+    section (name, size, bytes) and the relocations in it (which symbol each address
+    refers to), plus the module's initialized data (``.global`` tables, ``.const``).
+
+    ``functions``: only these (None: all); ``exclude``: all but these (a cubin holding a
+    variant and its clock64 twin is keyed without the twin, but with every ``.func`` the
+    variant can call: two variants differing only in a helper are two codes).
+
+    Other sections (symbol tables, ``.nv.info`` attributes, notes) are left out: they can
+    differ between programs whose code is identical. Relocations and data come in only
+    where the code has them, so the key of self-contained code is the text alone.
     """
     digest = hashlib.sha256()
     wanted = None if functions is None else {f".text.{f}" for f in functions}
-    for name, data in _elf_text_sections(cubin):
-        if wanted is not None and name not in wanted:
-            continue
+    unwanted = {f".text.{f}" for f in exclude}
+    sections = _elf_sections(cubin)
+    texts = sorted((name, i) for i, (name, *_) in enumerate(sections)
+                   if name.startswith(".text.") and name not in unwanted
+                   and (wanted is None or name in wanted))
+    for name, i in texts:
+        data = sections[i][3]
         digest.update(name.encode() + b"\0" + struct.pack("<Q", len(data)) + data)
+        for relocation in _relocations(sections, i):
+            digest.update(b"R" + relocation + b"\0")
+    for i, (name, _, _, data) in enumerate(sections):
+        if name in _DATA_SECTIONS and data:
+            digest.update(name.encode() + b"\0" + struct.pack("<Q", len(data)) + data)
+            for relocation in _relocations(sections, i):
+                digest.update(b"R" + relocation + b"\0")
     return digest.hexdigest()
 
 
