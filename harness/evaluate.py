@@ -5,6 +5,8 @@ For one kernel and a batch of genomes, :meth:`Evaluator.evaluate`
 1. materializes each genome with ``apply_genome`` (per-gene outcomes go in the returned
    Measurement's ``notes["genes"]``);
 2. hashes the PTX and asks the store (PTX level): an identical PTX is never compiled again;
+   a variant that writes module memory its baseline never writes (state kept across
+   launches: ``harness.hidden_state``) is rejected here, before ptxas and the GPU;
 3. compiles the misses with ptxas in parallel (the backend's ``compile_many``: one thread
    per CPU here, or on a cluster's workers); a
    ptxas failure is an invalid result with reason ``"ptxas error: ..."``, stored too.
@@ -41,7 +43,8 @@ from harness.instrument import clock_entry_name
 from harness.record import Measurement
 from harness.sass import cubin_text_hash
 from harness.spec import baseline_ptx
-from harness.store import Store, code_hash, ptxas_error_key
+from harness.hidden_state import hidden_state
+from harness.store import Store, code_hash, ptxas_error_key, static_reject_key
 from harness.toolchain import ptxas_version
 
 
@@ -50,7 +53,7 @@ class EvalStats:
     """Counts over every batch an Evaluator ran (the baseline's own evaluation excluded).
 
     ``unique_ptx`` counts distinct PTX per batch; ``ptx_hits`` of those were answered by the
-    store; ``compiled`` went through ptxas (``ptxas_errors`` of them failed); ``unique_code``
+    store; ``static_rejects`` failed the static gate (``harness.hidden_state``); ``compiled`` went through ptxas (``ptxas_errors`` of them failed); ``unique_code``
     distinct cubins among the compiled; ``code_hits`` of those the store knew; ``measured``
     went to the backend.
     """
@@ -58,6 +61,7 @@ class EvalStats:
     genomes: int = 0
     unique_ptx: int = 0
     ptx_hits: int = 0
+    static_rejects: int = 0
     compiled: int = 0
     ptxas_errors: int = 0
     unique_code: int = 0
@@ -125,6 +129,7 @@ class Evaluator:
         self._lock = threading.Lock()
         self._setup_lock = threading.Lock()  # one baseline measurement, one apply pool
         self._modules: dict[str, ptx_model.Module] = {}  # parsed baseline PTX per kernel
+        self._texts: dict[str, str] = {}  # baseline PTX text per kernel
         self._baselines: dict[str, tuple[str, str, Measurement]] = {}  # kernel -> ptx/code hash, m
         self._code_keys: dict[tuple[str, str], str | None] = {}  # (kernel, PTX key) -> code_keys
 
@@ -224,6 +229,20 @@ class Evaluator:
                 b.cached.add(h)
         stats.ptx_hits += len(b.cached)
 
+        # (2b) the static gate: a variant that writes module memory its baseline never
+        # writes could keep state across launches and skip the work it is timed on.
+        todo = [v for h, v in b.by_ptx.items() if h not in b.result and not v.is_baseline]
+        for v in todo:
+            reason = hidden_state(v.ptx, self._baseline_text(spec))
+            if reason is None:
+                continue
+            m = Measurement(kernel=kernel, device=dev, valid=False, backend=self.backend.name,
+                            reason=reason, ptx_hash=v.ptx_hash)
+            b.result[v.ptx_hash] = m
+            stats.static_rejects += 1
+            if self.backend.writes_store:
+                store.put(dev, kernel, v.ptx_hash, static_reject_key(v.ptx_hash), m, "")
+
         # (3) compile every PTX the store did not know, in parallel; where the apply pool
         # added the clock64 twin entry, the variant and its twin in one ptxas run (one run
         # per candidate, not two; the twin of a code the store then knows is wasted, ~8 %).
@@ -303,6 +322,12 @@ class Evaluator:
             if not v.code_hash:
                 v.code_hash = b.by_ptx[v.ptx_hash].code_hash or b.result[v.ptx_hash].sass_hash
         return [_personal(b.result[v.ptx_hash], v, v.ptx_hash in b.cached) for v in b.variants]
+
+    def _baseline_text(self, spec) -> str:
+        """The kernel's unmodified PTX (read once per kernel)."""
+        if spec.store_name not in self._texts:
+            self._texts[spec.store_name] = spec.ptx_text()
+        return self._texts[spec.store_name]
 
     def _module(self, spec) -> ptx_model.Module:
         """The parsed baseline PTX (parsed once per kernel: apply_genome copies it)."""

@@ -76,6 +76,21 @@ def _poison_bits(dtype: np.dtype) -> int:
 # --------------------------------------------------------------------------- inputs
 
 
+OTHER_INPUTS = 1 << 40
+"""``seed + OTHER_INPUTS`` names the input set that differs from ``seed``'s in every element
+(``other_inputs``): the second of the two sets timed launches alternate between."""
+
+
+def timing_seeds(seed: int) -> tuple[int, int]:
+    """The two input sets timed launches alternate between: ``seed``'s and the set that
+    differs from it in every element. Why two: a variant that remembers its last input
+    (or its last output) and skips the work when launched on it again finds, on every
+    launch, an input other than the one before; an answer it kept is wrong."""
+    if seed < 0 or seed >= OTHER_INPUTS:
+        raise ValueError(f"a timing seed is in 0..2**40, got {seed}")
+    return seed, seed + OTHER_INPUTS
+
+
 def make_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | np.generic]:
     """Every param's value for one launch: buffers as flat arrays, scalars as NumPy scalars.
 
@@ -90,7 +105,37 @@ def make_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | np
 
     if is_stress_seed(seed):
         return stress_inputs(spec, -1 - seed, xp)
+    if seed >= OTHER_INPUTS:
+        return other_inputs(spec, seed - OTHER_INPUTS, xp)
     return random_inputs(spec, _draws(xp, seed), xp)
+
+
+def other_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | np.generic]:
+    """Inputs from the spec's fills that differ from ``seed``'s in every element of every
+    input buffer a fill can vary (a ``const`` fill cannot).
+
+    Drawn from another seed; where an element happens to equal ``seed``'s (ints from a
+    small range do, often), integers move to the next value of their range (wrapping) and
+    floats to the next representable value up: the fill's domain is kept."""
+    from harness.kernels.reference import random_inputs
+
+    first = make_inputs(spec, seed, xp)
+    inputs = random_inputs(spec, _draws(xp, seed, 0x07E4), xp)
+    for p in spec.buffers():
+        if p.role == "out" or p.fill == "const":
+            continue
+        a, b = first[p.name], inputs[p.name]
+        uint = _UINT[a.dtype.itemsize]
+        same = a.view(uint) == b.view(uint)
+        if is_int_dtype(p.dtype):
+            span = int(p.high) - int(p.low)
+            if span < 2:
+                continue
+            moved = (a.astype(np.int64) - int(p.low) + 1) % span + int(p.low)
+            inputs[p.name] = xp.where(same, moved.astype(a.dtype), b)
+        else:
+            inputs[p.name] = xp.where(same, xp.nextafter(a, xp.asarray(np.inf, a.dtype)), b)
+    return inputs
 
 
 class _DeviceDraws:
@@ -134,7 +179,10 @@ def is_stress_seed(seed: int) -> bool:
 
 
 def seed_label(seed: int) -> str:
-    """How a reason names the inputs it failed on: ``seed 11`` / ``stress inputs of seed 11``."""
+    """How a reason names the inputs it failed on: ``seed 11`` / ``stress inputs of seed 11``
+    / ``inputs unlike seed 11's``."""
+    if seed >= OTHER_INPUTS:
+        return f"inputs unlike seed {seed - OTHER_INPUTS}'s"
     return f"stress inputs of seed {-1 - seed}" if is_stress_seed(seed) else f"seed {seed}"
 
 
@@ -324,7 +372,8 @@ def max_error(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndar
 
 
 def check_launch(spec: KernelSpec, inputs: Mapping, after: Mapping[str, np.ndarray],
-                 reference: Mapping[str, np.ndarray] | None, stress: bool = False) -> tuple[bool, str]:
+                 reference: Mapping[str, np.ndarray] | None, stress: bool = False,
+                 canary_only: frozenset[str] = frozenset()) -> tuple[bool, str]:
     """Judge one launch from host copies of its buffers; returns (ok, reason).
 
     ``inputs``: what was uploaded (``make_inputs``; only role "in" buffers are used).
@@ -333,6 +382,8 @@ def check_launch(spec: KernelSpec, inputs: Mapping, after: Mapping[str, np.ndarr
     canary image or a plain array of its dtype (then only modification is checked).
     ``reference``: expected outputs (baseline kernel or NumPy reference), or None.
     ``stress``: the inputs are stress inputs (``compare``'s norm-wise rule).
+    ``canary_only``: buffers judged by their canary alone (an ``inout`` buffer after many
+    launches holds no one launch's result).
     All NumPy arrays, or all CuPy arrays (then the judging runs on the GPU).
 
     Precedence, so that a reason names the cause rather than a symptom: out-of-bounds
@@ -363,7 +414,23 @@ def check_launch(spec: KernelSpec, inputs: Mapping, after: Mapping[str, np.ndarr
             first = int(xp.flatnonzero(changed)[0])
             return False, (f"{record.INPUT_CLOBBERED}: {int(changed.sum())} of {p.count} elements "
                            f"of {p.name} changed; first {p.name}[{first}]")
-    return compare({p.name: values[p.name] for p in spec.outputs()}, reference, spec, stress)
+    judged = [p for p in spec.outputs() if p.name not in canary_only]
+    if len(judged) < len(spec.outputs()):
+        spec = _OutputsOnly(spec, judged)
+    return compare({p.name: values[p.name] for p in judged}, reference, spec, stress)
+
+
+class _OutputsOnly:
+    """A spec seen through ``compare`` with some of its outputs left out."""
+
+    def __init__(self, spec, outputs):
+        self._spec, self._outputs = spec, outputs
+
+    def outputs(self):
+        return self._outputs
+
+    def tolerance_for(self, param):
+        return self._spec.tolerance_for(param)
 
 
 def speedup_flags(baseline_cycles: float | None, cycles: float | None) -> list[str]:
@@ -380,6 +447,7 @@ def speedup_flags(baseline_cycles: float | None, cycles: float | None) -> list[s
 
 __all__ = ["CANARY_BYTE", "CANARY_BYTES", "SPEEDUP_REVIEW", "array_module", "check_launch",
            "compare", "is_poison",
-           "is_stress_seed", "make_inputs", "poison_value", "poisoned", "reference_outputs",
+           "is_stress_seed", "make_inputs", "other_inputs", "timing_seeds", "poison_value",
+           "poisoned", "reference_outputs",
            "seed_label", "speedup_flags", "split_canary", "stress_inputs", "stress_seed",
            "with_canary"]

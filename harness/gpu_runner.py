@@ -8,12 +8,15 @@ answers ``MeasureRequest``s with ``Measurement``s. For each request:
    variant: upload inputs, poisoned outputs and canaries, launch, synchronize, read every
    buffer back with its canary and let ``gate.check_launch`` judge. The first failure is
    the answer. A baseline that itself fails is reported as ``baseline failed: ...``.
-   Canaries sit after each buffer; the bytes *before* each buffer (the arena's gaps,
-   ``guard_ranges``) are filled with the canary byte too and must not change either.
+   One more launch has its outputs pre-filled with the variant's own results on another
+   seed instead of the poison: a variant that skips its work when it finds its outputs
+   written keeps a wrong answer. Before each checked launch every byte of the arena outside
+   the buffers is set to the canary byte, and checked after it (``guard_ranges``).
 2. **Timing** (``harness.gpu_timing``): ``clock64`` specs launch the instrumented cubin
    in batches, each launch writing its own slice of one clock buffer; ``events`` specs
    replay a captured CUDA graph between two events and convert microseconds to cycles at
-   the SM clock measured just before and after.
+   the SM clock measured just before and after. Timed launches alternate between two input
+   sets and the buffers timed are judged afterwards (``check_sets``): they must do the work.
 3. **Once more after timing**, on the stress inputs of the first check seed
    (``gate.stress_seed``: heavy tails, large magnitudes, compared norm-wise). After timing,
    so that a variant that keeps state across launches (a launch counter in a ``.global``)
@@ -61,32 +64,38 @@ RESERVED_BYTES = 1 << 20  # the arena's head: SM-clock probe and settle words, c
 BUFFER_ALIGN = 512  # each buffer starts on this boundary (CuPy's pool gives the same)
 _CACHE_LIMITS = {"modules": 256, "buffers": 8, "seeds": 256}
 _DEVICE_SEEDS = 8  # seed sets (and baseline outputs) of a kernel judged on the GPU kept there
-DEVICE_CHECK_BYTES = 64 << 20
+DEVICE_CHECK_BYTES = 1 << 20
 """Kernels whose buffers hold this many bytes or more are judged on the GPU: their seeds'
 inputs and images stay in device memory (one kernel's at a time), launches read back into
 device copies, and ``gate.check_launch`` runs on CuPy arrays. Host copies and NumPy
 comparisons of a 64M-element kernel took tens of seconds per variant (BENCHMARKS.md,
-session 6); small kernels keep the host path, whose arrays cost nothing to move."""
+session 6). Measured again with timed launches checked too (H200, session 12): a 1M-float
+relu's measurement took 0.34 s judged on the host, 0.05 s on the GPU; so from 1 MiB on.
+Tiny kernels (gemm tiles) keep the host path, whose arrays cost nothing to move."""
 
 class _Failed(Exception):
     """A result that ends the request early (the reason is the Measurement's)."""
 
 
-def guard_ranges(layout: list[tuple[str, int, int]], reserved: int = RESERVED_BYTES,
+def guard_ranges(layout: list[tuple[str, int, int]], arena_bytes: int = ARENA_BYTES,
                  canary: int = gate.CANARY_BYTES) -> list[tuple[str, int, int]]:
-    """(buffer name, start, end) arena byte ranges in front of each buffer, which no launch
-    may change: the ``canary`` bytes before the first buffer (the reserved head's tail, which
-    timing never uses) and the alignment gap before each later one.
+    """(where, start, end) arena byte ranges that no launch may change: everything in the
+    arena but the buffers and their canaries. ``where`` names the range for a reason:
+    ``before x`` (the arena's head, or the gap before a buffer), ``after y`` (past the
+    last buffer's canary, to the arena's end).
 
     ``layout``: (name, arena offset, bytes) of each buffer in arena order, each followed by
-    its canary. Canaries only sit *after* buffers, so a write to ``y[-1]`` landed in such a
-    gap (or, before the first buffer, in the timer's clock words) and went unseen.
+    its canary. Why all of it: canaries only sit *after* buffers, so a write to ``y[-1]``
+    went unseen; and a variant may keep state across launches in memory past its buffers,
+    far beyond a canary, to skip work it was timed on.
     """
-    out, prev_end = [], reserved - canary
+    out, prev_end = [], 0
     for name, offset, nbytes in layout:
         if offset > prev_end:
-            out.append((name, prev_end, offset))
+            out.append((f"before {name}", prev_end, offset))
         prev_end = offset + nbytes + canary
+    if layout and prev_end < arena_bytes:
+        out.append((f"after {layout[-1][0]}", prev_end, arena_bytes))
     return out
 
 
@@ -140,7 +149,7 @@ class Runner:
         self._baselines: OrderedDict = OrderedDict()  # (spec, baseline, seed, ref?) -> outputs
         self.own_kernels: dict = {}  # gpu_timing's probe and settle kernels, by entry name
         self.copy_rates: dict = {}  # gpu_timing.copy_gbps's figures, by (bytes, caches)
-        self._rotations: OrderedDict = OrderedDict()  # cold timing's copies of the buffers
+        self._buffer_sets: OrderedDict = OrderedDict()  # timing's sets of the buffers
         self._l2_flush = None  # cold clock64 timing's flush buffer (2x the L2), made once
         gpu_timing.spin_up(self)
 
@@ -201,6 +210,22 @@ class Runner:
             return []
         return guard_ranges(layout)
 
+    def fill_guards(self, guards) -> None:
+        """The canary byte over every guard range (a memset: no kernel, no host copy)."""
+        for _, lo, hi in guards:
+            self._arena[lo:hi].data.memset_async(gate.CANARY_BYTE, hi - lo, self.stream)
+
+    def changed_guard(self, guards) -> str | None:
+        """The reason when a guard range no longer holds only the canary byte (compared
+        on the GPU: the ranges span most of the arena), else None."""
+        for where, lo, hi in guards:
+            changed = self._arena[lo:hi] != gate.CANARY_BYTE
+            if bool(changed.any()):
+                first = lo + int(changed.argmax())
+                return (f"{record.OUT_OF_BOUNDS}: {int(changed.sum())} bytes of the arena "
+                        f"outside the kernel's buffers changed, {where} (arena +{first:#x})")
+        return None
+
     def placement(self, spec) -> str:
         """How the spec's buffers are placed, for the notes."""
         first = next(iter(self.buffers(spec).values()))
@@ -255,22 +280,57 @@ class Runner:
             else:  # a device image: a device-to-device copy
                 bufs[p.name][...] = image
 
-    def rotated_args(self, spec, copies: int, images: dict) -> list[list]:
-        """Argument lists for ``copies`` sets of the spec's buffers, all holding ``images``:
-        the spec's own buffers, then copies of them (own allocations, kept for the next
-        request of the same spec: only one spec's at a time, they are large). Cold timing
-        rotates launches among them (``gpu_timing.time_events``)."""
-        key = (_spec_key(spec), copies)
-        extra = _lru_get(self._rotations, key)
-        if extra is None:
-            self._rotations.clear()
-            extra = [{p.name: self.cp.empty(p.nbytes + gate.CANARY_BYTES, dtype=self.cp.uint8)
-                      for p in spec.buffers()} for _ in range(copies - 1)]
-            _lru_put(self._rotations, key, extra, 1)
-        sets = [self.buffers(spec), *extra]
-        for bufs in sets:
-            self.upload(spec, bufs, images)
+    def buffer_sets(self, spec, count: int) -> list[dict]:
+        """``count`` sets of the spec's buffers: its own (``buffers``), then copies laid
+        after them in the arena where they fit (fixed places, as the first: see Placement),
+        else own allocations. Kept for the next request of the same spec (one spec's at
+        a time: they can be large). Timing spreads its launches over them."""
+        key = (_spec_key(spec), count)
+        sets = _lru_get(self._buffer_sets, key)
+        if sets is None:
+            self._buffer_sets.clear()
+            first = self.buffers(spec)
+            sizes = [-(-(p.nbytes + gate.CANARY_BYTES) // BUFFER_ALIGN) * BUFFER_ALIGN
+                     for p in spec.buffers()]
+            offset = next(iter(first.values())).data.ptr - self._arena.data.ptr + sum(sizes)
+            in_arena = 0 <= offset and offset + (count - 1) * sum(sizes) <= ARENA_BYTES
+            sets = [first]
+            for _ in range(count - 1):
+                bufs = {}
+                for p, size in zip(spec.buffers(), sizes):
+                    nbytes = p.nbytes + gate.CANARY_BYTES
+                    bufs[p.name] = (self._arena[offset:offset + nbytes] if in_arena else
+                                    self.cp.empty(nbytes, dtype=self.cp.uint8))
+                    offset += size
+                sets.append(bufs)
+            _lru_put(self._buffer_sets, key, sets, 1)
+        return sets
+
+    def rotated_args(self, spec, copies: int, images: list[dict]) -> list[list]:
+        """Argument lists for ``copies`` sets of the spec's buffers (``buffer_sets``), set
+        ``i`` holding ``images[i % len(images)]``. Events timing rotates its launches
+        among them (``gpu_timing.time_events``)."""
+        sets = self.buffer_sets(spec, copies)
+        for i, bufs in enumerate(sets):
+            self.upload(spec, bufs, images[i % len(images)])
         return [self.args(spec, bufs) for bufs in sets]
+
+    def check_sets(self, request, sets: list[dict], seeds: list[int], when: str,
+                   canary_only: frozenset[str] = frozenset()) -> None:
+        """Each of ``sets`` (buffers last uploaded with seed ``seeds[i % len(seeds)]``'s
+        images, then launched on) judged against the baseline's outputs on its inputs;
+        raises _Failed with the first reason. Timing calls it on the buffers it timed:
+        a launch that skipped its work left the poison or another input's answer."""
+        spec = request.spec
+        device = self.judged_on_device(spec)
+        for i, bufs in enumerate(sets):
+            seed = seeds[i % len(seeds)]
+            after = {name: (buf.copy() if device else buf.get()) for name, buf in bufs.items()}
+            inputs, _ = self.seed_data(spec, seed)
+            ok, reason = gate.check_launch(spec, inputs, after, self.baseline_outputs(request, seed),
+                                           canary_only=canary_only)
+            if not ok:
+                raise _Failed(f"{reason} ({gate.seed_label(seed)}, timed buffers {i}, {when})")
 
     def flush_l2(self) -> None:
         """Evict the L2 on the runner's stream: a memset of twice its size (no kernel to
@@ -284,11 +344,11 @@ class Runner:
         grid, block = (shape.grid, shape.block) if shape is not None else (spec.grid, spec.block)
         fn(grid, block, tuple(args), shared_mem=spec.shared_mem, stream=stream)
 
-    def run_checked(self, fn, spec, seed: int, shape=None) -> dict:
-        """Upload one seed's images, launch once, synchronize; every buffer's image read
-        back (into device copies for a kernel judged on the GPU)."""
+    def run_checked(self, fn, spec, seed: int, shape=None, images: dict | None = None) -> dict:
+        """Upload one seed's images (or ``images``), launch once, synchronize; every
+        buffer's image read back (into device copies for a kernel judged on the GPU)."""
         bufs = self.buffers(spec)
-        _, images = self.seed_data(spec, seed)
+        images = images if images is not None else self.seed_data(spec, seed)[1]
         self.upload(spec, bufs, images)
         self.launch(fn, spec, self.args(spec, bufs), shape=shape)
         self.stream.synchronize()  # a fault in the kernel raises here
@@ -338,22 +398,27 @@ class Runner:
         limit = _DEVICE_SEEDS if self.judged_on_device(spec) else _CACHE_LIMITS["seeds"]
         return _lru_put(self._baselines, key, outputs, limit)
 
-    def check_seed(self, request, seed: int, when: str = "") -> dict:
-        """One launch of the variant on one seed's inputs, judged by the guards in front of
-        the buffers and by ``gate.check_launch``; raises _Failed with the reason (naming the
-        seed, and ``when`` if given), else returns the outputs."""
+    def check_seed(self, request, seed: int, when: str = "", prefill: dict | None = None) -> dict:
+        """One launch of the variant on one seed's inputs, judged by the guards around the
+        buffers and by ``gate.check_launch``; raises _Failed with the reason (naming the
+        seed, and ``when`` if given), else returns the outputs. ``prefill``: output values
+        to upload instead of the poison (``check``'s pre-filled launch)."""
         spec = request.spec
         fn = self.function(request.cubin, spec.entry)
         expected = self.baseline_outputs(request, seed)
         guards = self.guards(spec)
-        for _, lo, hi in guards:  # a copy, not fill(): no kernel to compile
-            self._arena[lo:hi].set(np.full(hi - lo, gate.CANARY_BYTE, np.uint8))
-        after = self.run_checked(fn, spec, seed, request.launch)
+        self.fill_guards(guards)
+        images = None
+        if prefill is not None:
+            images = dict(self.seed_data(spec, seed)[1])
+            for p in spec.outputs():
+                if p.role == "out":
+                    images[p.name] = gate.with_canary(prefill[p.name])
+        after = self.run_checked(fn, spec, seed, request.launch, images)
         where = gate.seed_label(seed) + (f", {when}" if when else "")
-        for name, lo, hi in guards:
-            if (self._arena[lo:hi].get() != gate.CANARY_BYTE).any():
-                raise _Failed(f"{record.OUT_OF_BOUNDS}: the {hi - lo} bytes before {name} "
-                              f"changed ({where})")
+        reason = self.changed_guard(guards)
+        if reason:
+            raise _Failed(f"{reason} ({where})")
         inputs, _ = self.seed_data(spec, seed)
         ok, reason = gate.check_launch(spec, inputs, after, expected,
                                        stress=gate.is_stress_seed(seed))
@@ -365,11 +430,17 @@ class Runner:
         """The correctness gate over every check seed; raises _Failed with the first reason.
         Returns the largest errors against the baseline that passed (``gate.max_error``)."""
         spec = request.spec
-        worst = (0.0, 0.0)
+        worst, got = (0.0, 0.0), {}
         for seed in request.check_seeds:
-            got = self.check_seed(request, seed)
+            got[seed] = self.check_seed(request, seed)
             expected = self.baseline_outputs(request, seed)
-            worst = tuple(map(max, worst, gate.max_error(got, expected, spec)))
+            worst = tuple(map(max, worst, gate.max_error(got[seed], expected, spec)))
+        # Once more with the outputs holding the variant's own results on other inputs
+        # instead of the poison: a variant that skips its work when it finds its outputs
+        # written (or marked, in bits the tolerance leaves free) keeps a wrong answer.
+        first, second = request.check_seeds[:2]
+        self.check_seed(request, second, f"outputs pre-filled with its own results on "
+                        f"{gate.seed_label(first)}", prefill=got[first])
         return {"max_abs_err": worst[0], "max_rel_err": worst[1]}
 
     # -------------------------------------------------------------- timing

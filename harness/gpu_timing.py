@@ -21,6 +21,16 @@ loaded modules, input images):
 Both stop by the request's rule (``harness.estimate.precise_enough``). A variant that
 cannot be timed raises ``TimingFailed`` with the reason.
 
+The result-reuse hole (a variant that remembered its last input, or found its outputs
+already written, skipped the work on repeated launches and read 2.4x fast): clock64 batches
+alternate between two input sets that differ in every element (``gate.timing_seeds``),
+outputs poisoned before each, and the buffers timed are judged against the baseline
+afterwards (``Runner.check_sets``), in both modes. Within a batch or a graph launches still
+repeat one input: what closes reuse there is the static check (``harness.hidden_state``),
+the arena guard and the pre-filled check launch (``harness.gpu_runner``). Giving every
+launch an input of its own cost the figures their precision on an H200 (the notes at
+``batch`` and ``time_events``).
+
 Caches (the spec's ``caches``): "warm" as above, every launch on the same buffers, so data
 that fits in the L2 is read from it. "cold": every timed launch reads from DRAM. Events
 timing rotates the launches of its graph among ``cold_copies`` sets of the buffers, so
@@ -39,7 +49,7 @@ import functools
 
 import numpy as np
 
-from harness import instrument
+from harness import gate, instrument
 from harness.estimate import precise_enough
 
 TIMING_FAILED = "timing failed"
@@ -169,14 +179,18 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         raise TimingFailed(f"{TIMING_FAILED}: spec {spec.name} times with clock64 but the "
                            "request has no clock_cubin (instrument the variant)")
     fn = runner.function(request.clock_cubin, request.clock_entry or spec.entry)
+    seeds = gate.timing_seeds(request.timing_seed)
+    images = [runner.seed_data(spec, seed)[1] for seed in seeds]
+    for seed in seeds:  # the baseline's answers first: its launches stay out of the batches
+        runner.baseline_outputs(request, seed)
     bufs = runner.buffers(spec)
-    images = runner.seed_data(spec, request.timing_seed)[1]
     args = runner.args(spec, bufs)
     words = instrument.clock_words(spec)
     clock = runner.clock_buf  # room for 1 + CLOCK_BATCH launches of a 1024-thread block
     cold = spec.caches == "cold"
     base = clock.data.ptr
     after_upload: list[int] = []
+    batches = [0]
 
     def batch(count: int) -> list[int]:
         # A fresh upload per batch (module docstring), then one launch more
@@ -185,9 +199,14 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         # Suspect: on an H200 over 10 % of launches ran ~180 cycles long when every 8th
         # launch (12.5 %) was such a first one. Each launch writes its own slice of the
         # clock buffer, so a batch's launches run back to back.
+        # Each batch uploads the other of the two timing input sets (they differ in
+        # every element), outputs poisoned: a batch never starts on the answer of the
+        # batch before it, and the last batch's outputs are judged after timing. (Giving
+        # every launch buffers of its own closed reuse within a batch too, but spread the
+        # launches over nine placements: per-launch noise 0.2 -> 11 %, H200, session 12.)
         if before_batch is not None:
             before_batch()
-        runner.upload(spec, bufs, images)
+        runner.upload(spec, bufs, images[batches[0] % 2])
         count += 1
         clock[:count * words].fill(instrument.CLOCK_POISON)
         for i in range(count):
@@ -197,6 +216,7 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         if bufs:
             _settle(runner, next(iter(bufs.values())))
         runner.stream.synchronize()
+        batches[0] += 1
         rows = clock[:count * words].get().reshape(count, words)
         pairs = rows.reshape(count, -1, 2)
         start, end = pairs[..., 0], pairs[..., 1]
@@ -220,7 +240,11 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         cycles = batch(min(CLOCK_BATCH, request.max_reps - len(samples)))
         samples += cycles
         variances.append(float(np.var(cycles)))
+    runner.check_sets(request, [bufs], [seeds[(batches[0] - 1) % 2]], "after timing")
     return samples, {"launches_per_upload": f"1 untimed + {CLOCK_BATCH} + 1 settle",
+                     "timed_inputs": ("batches alternate between two input sets that differ "
+                                      "in every element, outputs poisoned before each; the "
+                                      "last batch's outputs checked after timing"),
                      "placement": runner.placement(spec),
                      "after_upload_median": (float(np.median(after_upload))
                                              if after_upload else None),
@@ -256,8 +280,13 @@ def time_events(runner, request) -> tuple[list[float], dict]:
     """Cycles per launch of the uninstrumented cubin, from CUDA events around graph replays."""
     spec, cp, stream = request.spec, runner.cp, runner.stream
     fn = runner.function(request.cubin, spec.entry)
-    images = runner.seed_data(spec, request.timing_seed)[1]
+    seeds = [request.timing_seed]
+    images = [runner.seed_data(spec, request.timing_seed)[1]]
+    runner.baseline_outputs(request, request.timing_seed)  # before any timed launch
     held = set_bytes(spec)  # one set of the buffers: what cold timing rotates
+    # One set of buffers (cold: copies, rotated). Alternating two sets whose inputs differ
+    # in every element, so that no launch ran on its predecessor's input, made figures
+    # bimodal (layernorm: 6 % between measurements, 0.2 % with one set; H200, session 12).
     copies = cold_copies(held, runner.l2_bytes) if spec.caches == "cold" else 1
     arg_sets = runner.rotated_args(spec, copies, images)
     start, stop = cp.cuda.Event(), cp.cuda.Event()
@@ -299,6 +328,9 @@ def time_events(runner, request) -> tuple[list[float], dict]:
         for _ in range(min(EVENTS_CHUNK, request.max_reps - len(samples))):
             samples.append(elapsed_us(replay, k))
     mhz_after = sm_mhz(runner)
+    inout = frozenset(p.name for p in spec.buffers() if p.role == "inout")  # many launches' sum
+    runner.check_sets(request, runner.buffer_sets(spec, copies), seeds, "after timing",
+                      canary_only=inout)
     mhz = (mhz_before + mhz_after) / 2
     moved = spec.bytes_read + spec.bytes_written  # the least the kernel must move
     notes.update(sm_mhz_before=round(mhz_before, 1), sm_mhz_after=round(mhz_after, 1),

@@ -20,6 +20,7 @@ UNWRITTEN = "output not written"  # a poisoned output element survived the launc
 OUT_OF_BOUNDS = "out-of-bounds write"  # a canary word after a buffer changed
 INPUT_CLOBBERED = "input modified"  # an input buffer changed during the launch
 NOT_MEASURED = "not measured"  # replay miss
+HIDDEN_STATE = "hidden state"  # writes module-scope memory the baseline does not (static check)
 
 
 @dataclass

@@ -110,6 +110,11 @@ def ptxas_error_key(ptx_hash: str) -> str:
     return f"ptxas-error-{ptx_hash}"
 
 
+def static_reject_key(ptx_hash: str) -> str:
+    """The code_hash under which a PTX the static gate rejected is stored (never assembled)."""
+    return f"rejected-{ptx_hash}"
+
+
 class Store:
     """One SQLite store file; safe to share between threads and between processes."""
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from genomes.errors import RuntimeFailure
-from harness import record
+from harness import gate, record
 from harness.record import Measurement
 from genomes.launch import Launch
 from harness.spec import KernelSpec
@@ -91,8 +91,10 @@ class MeasureRequest:
     def __post_init__(self):
         if len(self.check_seeds) < MIN_CHECK_SEEDS:
             raise ValueError(f"need at least {MIN_CHECK_SEEDS} check seeds, got {len(self.check_seeds)}")
-        if self.timing_seed in self.check_seeds:
-            raise ValueError(f"timing_seed {self.timing_seed} is also a check seed; time on other inputs")
+        if set(gate.timing_seeds(self.timing_seed)) & set(self.check_seeds):
+            raise ValueError(f"timing_seed {self.timing_seed} (or the inputs unlike it, seed "
+                             f"{gate.timing_seeds(self.timing_seed)[1]}) is also a check seed; "
+                             "time on other inputs")
         if not 1 <= self.min_reps <= self.max_reps:
             raise ValueError(f"need 1 <= min_reps <= max_reps, got {self.min_reps}, {self.max_reps}")
 

@@ -201,23 +201,35 @@ def test_atom_red_saxpy_rounding_passes_normal_and_stress_checks():
 # ---------------------------------------------------------------------- guards
 
 
-def test_guard_ranges_cover_the_bytes_before_each_buffer():
+def test_guard_ranges_cover_the_arena_outside_the_buffers():
+    arena = 64 << 20
     relu = [("x", RESERVED_BYTES, 4 << 20), ("y", RESERVED_BYTES + (4 << 20) + 512, 4 << 20)]
-    assert guard_ranges(relu) == [("x", RESERVED_BYTES - gate.CANARY_BYTES, RESERVED_BYTES),
-                                  ("y", RESERVED_BYTES + (4 << 20) + 256,
-                                   RESERVED_BYTES + (4 << 20) + 512)]
+    y_end = RESERVED_BYTES + (8 << 20) + 512 + gate.CANARY_BYTES
+    assert guard_ranges(relu, arena) == [("before x", 0, RESERVED_BYTES),
+                                         ("before y", RESERVED_BYTES + (4 << 20) + 256,
+                                          RESERVED_BYTES + (4 << 20) + 512),
+                                         ("after y", y_end, arena)]
     tight = [("a", RESERVED_BYTES, 256), ("b", RESERVED_BYTES + 512, 64)]  # no gap before b
-    assert [g[0] for g in guard_ranges(tight)] == ["a"]
+    assert [g[0] for g in guard_ranges(tight, arena)] == ["before a", "after b"]
+    full = [("a", 0, arena - gate.CANARY_BYTES)]  # nothing left to guard
+    assert guard_ranges(full, arena) == []
 
 
 class _Dev:
     """A NumPy stand-in for a CuPy uint8 array at a device address (``data.ptr``)."""
 
     def __init__(self, host: np.ndarray, ptr: int):
-        self.host, self.data = host, type("Ptr", (), {"ptr": ptr})()
+        self.host = host
+        self.data = type("Ptr", (), {"ptr": ptr, "memset_async": self._memset})()
+
+    def _memset(self, value, size, stream):
+        self.host[:size] = value
 
     def __getitem__(self, s: slice):
         return _Dev(self.host[s], self.data.ptr + (s.start or 0))
+
+    def __ne__(self, value):
+        return self.host != value
 
     def fill(self, value):
         self.host[:] = value
@@ -239,18 +251,19 @@ def _runner_with(kernel):
     spec = find_kernel("relu")
     runner = Runner.__new__(Runner)
     arena = _Dev(np.zeros(RESERVED_BYTES + 2 * ((4 << 20) + 512), np.uint8), 1 << 40)
-    runner._arena, runner._seeds = arena, OrderedDict()
+    runner._arena, runner._seeds, runner.stream = arena, OrderedDict(), None
     offsets = {"x": RESERVED_BYTES, "y": RESERVED_BYTES + (4 << 20) + 512}
     bufs = {p.name: arena[slice(offsets[p.name], offsets[p.name] + p.nbytes + gate.CANARY_BYTES)]
             for p in spec.buffers()}
     runner.buffers = lambda s: bufs
     runner.function = lambda cubin, entry: None
+    runner.judged_on_device = lambda s: False  # host arrays: the NumPy path of the gate
 
     def baseline_outputs(request, seed):
         return {"y": np.maximum(runner.seed_data(spec, seed)[0]["x"], np.float32(0))}
 
-    def run_checked(fn, s, seed, shape=None):
-        for name, image in runner.seed_data(s, seed)[1].items():
+    def run_checked(fn, s, seed, shape=None, images=None):
+        for name, image in (images or runner.seed_data(s, seed)[1]).items():
             bufs[name].set(image)
         x = bufs["x"].host[:spec.param("x").nbytes].view(np.float32)
         kernel(x, bufs["y"].host[:spec.param("y").nbytes].view(np.float32), arena.host, offsets["y"])
@@ -277,8 +290,47 @@ def test_check_seed_passes_relu_and_sees_a_write_before_y():
         arena[y_offset - 4:y_offset] = 0  # y[-1] = 0.0
 
     runner, request = _runner_with(underflow)
-    with pytest.raises(_Failed, match=r"^out-of-bounds write: the 256 bytes before y changed \(seed 11\)"):
+    with pytest.raises(_Failed, match=r"^out-of-bounds write: 4 bytes of the arena outside the kernel's buffers "
+                       r"changed, before y \(arena \+0x5001fc\) \(seed 11\)"):
         runner.check_seed(request, 11)
+
+
+def test_check_seed_sees_state_kept_far_past_the_last_buffer():
+    """A variant keeping a remembered key 4 KiB past y's canary (result reuse): every byte
+    of the arena outside the buffers is a guard."""
+    from harness.gpu_runner import _Failed
+
+    def remember(x, y, arena, y_offset):
+        _relu_kernel(x, y, arena, y_offset)
+        end = y_offset + y.nbytes + gate.CANARY_BYTES
+        arena[end:end + 8] = 7
+
+    runner, request = _runner_with(remember)
+    with pytest.raises(_Failed, match=r"^out-of-bounds write: 8 bytes of the arena outside the "
+                                      r"kernel's buffers changed, after y .*\(seed 11\)$"):
+        runner.check_seed(request, 11)
+
+
+def test_the_prefilled_launch_catches_a_variant_that_skips_when_its_outputs_are_written():
+    """Stateless result reuse: the variant computes only where y still holds a NaN (the
+    poison); on the launch whose outputs hold its own results on another seed it keeps
+    them. The five poisoned launches all pass."""
+    from harness.gpu_runner import _Failed
+
+    def skip_if_written(x, y, arena, y_offset):
+        if np.isnan(y).all():
+            _relu_kernel(x, y, arena, y_offset)
+
+    runner, request = _runner_with(skip_if_written)
+    request.check_seeds = (11, 12, 13, 14, 15)
+    for seed in request.check_seeds:
+        runner.check_seed(request, seed)
+    with pytest.raises(_Failed, match=r"^wrong result: .*\(seed 12, outputs pre-filled with its "
+                                      r"own results on seed 11\)$"):
+        runner.check(request)
+    runner, request = _runner_with(_relu_kernel)
+    request.check_seeds = (11, 12, 13, 14, 15)
+    assert runner.check(request) == {"max_abs_err": 0.0, "max_rel_err": 0.0}
 
 
 def test_check_seed_names_the_stress_inputs_it_failed_on():

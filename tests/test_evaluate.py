@@ -108,6 +108,33 @@ def test_ptxas_failure_is_a_stored_result(tmp_path, breaking_gene):
         assert again.cached and again.reason == m.reason and ev.stats.compiled == 0
 
 
+def _memo(module) -> int:
+    """A test-only transform that keeps state across launches: the entry stores its first
+    param into a module ``.global`` it declares (the result-reuse cheat's channel)."""
+    first = next(i for i, part in enumerate(module.parts) if not isinstance(part, str))
+    module.parts.insert(first, "\n.global .align 8 .u64 evo_memo;\n")
+    for fn in module.entries:
+        fn.body.insert(0, Line(Instruction("st.global.u64", ("[evo_memo]", "%rd1"))))
+    return 1
+
+
+def test_a_variant_keeping_module_state_is_rejected_before_ptxas(tmp_path, monkeypatch):
+    monkeypatch.setitem(transforms.registry(), "memo", Transform(
+        name="memo", group=None, summary="test only", applies_when="always", params=(), apply=_memo))
+    spec, backend = find_kernel(KERNEL), CountingBackend()
+    with Store(tmp_path / "s.sqlite") as store:
+        ev = Evaluator(backend, store)
+        [m, ok] = ev.evaluate(spec, _genomes("memo", "vec_ld"))
+        assert not m.valid and m.reason.startswith(record.HIDDEN_STATE + ": "), m.reason
+        assert "evo_memo" in m.reason and m.fitness == float("inf")
+        assert ok.valid and ev.stats.static_rejects == 1 and ev.stats.compiled == 1
+        assert len(backend.calls) == 2  # the baseline and vec_ld: the memo never measured
+    with Store(tmp_path / "s.sqlite") as store:
+        ev = Evaluator(CountingBackend(), store)
+        [again] = ev.evaluate(spec, _genomes("memo"))
+        assert again.cached and again.reason == m.reason and ev.stats.static_rejects == 0
+
+
 def test_code_keys_tell_genomes_apart_by_machine_code_without_measuring(tmp_path,
                                                                        breaking_gene):
     spec, backend = find_kernel(KERNEL), CountingBackend()

@@ -43,6 +43,9 @@ class FakeRunner:
         self.events: list[str] = []  # "upload", "launch" and "settle <buffer>", in order
         self.settle_out = "settle words"
         self.own_kernels = {"evo_settle": self._settle}  # so gpu_timing loads no module
+        self.uploaded: dict[str, int] = {}  # buffer set -> seed of the images last uploaded
+        self.launched: list[tuple[str, int]] = []  # (buffer set, its inputs' seed) per launch
+        self.checked: list[tuple[list, list, str]] = []  # check_sets calls
 
     def _settle(self, grid, block, args):
         assert grid == block == (1, 1, 1) and args[1] == self.settle_out
@@ -55,11 +58,23 @@ class FakeRunner:
     def buffers(self, spec):
         return {"a": "buffer a", "b": "buffer b"}
 
+    def buffer_sets(self, spec, count):
+        return [self.buffers(spec)] + [{"a": f"buffer a{i}", "b": f"buffer b{i}"}
+                                       for i in range(1, count)]
+
     def seed_data(self, spec, seed):
-        return {}, {}
+        return {}, {"seed": seed}
+
+    def baseline_outputs(self, request, seed):
+        assert not self.launches, "the baseline's answers come before any timed launch"
+        return {}
+
+    def check_sets(self, request, sets, seeds, when, canary_only=frozenset()):
+        assert [self.uploaded[s["a"]] for s in sets] == seeds  # judged on what was uploaded
+        self.checked.append(([s["a"] for s in sets], seeds, when))
 
     def args(self, spec, bufs):
-        return []
+        return [bufs["a"]]
 
     def placement(self, spec):
         return "fake"
@@ -68,6 +83,7 @@ class FakeRunner:
         self.uploads += 1
         self.since_upload = 0
         self.events.append("upload")
+        self.uploaded[bufs["a"]] = images["seed"]
 
     def launch(self, fn, spec, args, stream=None, shape=None):
         word = (args[-1] - self.clock_buf.data.ptr) // 8  # this launch's clock slice
@@ -75,6 +91,7 @@ class FakeRunner:
         self.since_upload += 1
         self.launches += 1
         self.events.append("launch")
+        self.launched.append((args[0], self.uploaded[args[0]]))
         if not self.broken:
             self.clock_buf.host[word:word + 2] = (np.uint64(10_000), np.uint64(10_000 + cycles))
 
@@ -102,6 +119,21 @@ def test_each_batch_ends_with_one_settle_launch_on_the_first_buffer():
     gpu_timing.time_clock64(runner, request(warmup=0, min_reps=16, max_reps=16))
     batch = ["upload"] + ["launch"] * (gpu_timing.CLOCK_BATCH + 1) + ["settle buffer a"]
     assert runner.events == batch * 2
+
+
+def test_batches_alternate_between_two_input_sets_and_the_last_is_judged():
+    """The result-reuse defence in clock64 timing: a batch never starts on the inputs (or
+    the outputs) of the batch before it, and the outputs the last batch left are judged
+    after timing, against the baseline on that batch's inputs."""
+    from harness import gate
+
+    runner = FakeRunner()
+    req = request(warmup=0, min_reps=24, max_reps=24)
+    gpu_timing.time_clock64(runner, req)
+    a, b = gate.timing_seeds(req.timing_seed)
+    n = gpu_timing.CLOCK_BATCH + 1
+    assert [seed for _, seed in runner.launched] == [a] * n + [b] * n + [a] * n
+    assert runner.checked == [(["buffer a"], [a], "after timing")]
 
 
 def test_the_twin_entry_is_timed_when_named():

@@ -1,0 +1,51 @@
+"""What the gate and timer cost per evaluation, and the figure they give (GPU only).
+
+Measures the unmodified kernel of each named suite kernel ``repeats`` times in one GPU
+worker (every measurement checks and times anew: the worker caches modules, inputs and
+baseline outputs, not verdicts) and prints, per kernel, the median wall seconds of one
+measurement in the worker, the median figure and the spread of the figures. Run it with
+two versions of the harness on one machine to see what a change to the gate costs:
+
+    python3 -m harness.bench_gate_cost gemm_tile_4x6x8 relu softmax --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+
+def main(argv=None) -> None:
+    from harness.compile import compile_ptx
+    from harness.instrument import instrument
+    from harness.suite import find_kernel
+    from harness.worker import GpuWorker, MeasureRequest
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kernels", nargs="+")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    with GpuWorker(0) as worker:
+        for name in args.kernels:
+            spec = find_kernel(name)
+            ptx = spec.ptx_text()
+            cubin = compile_ptx(ptx).cubin
+            clock = compile_ptx(instrument(ptx, spec.entry)).cubin if spec.timing == "clock64" else None
+            request = MeasureRequest(spec=spec, cubin=cubin, baseline_cubin=cubin, clock_cubin=clock,
+                                     check_seeds=(11, 12, 13, 14, 15), timing_seed=99,
+                                     timeout_s=120.0)
+            worker.measure(request)  # first: loads, inputs, baseline outputs
+            ms = [worker.measure(request) for _ in range(args.repeats)]
+            bad = [m.reason for m in ms if not m.valid]
+            cycles = [m.cycles for m in ms if m.valid]
+            print(json.dumps({
+                "kernel": name, "device": ms[0].device, "valid": not bad, "reasons": bad[:1],
+                "seconds_median": round(statistics.median(m.seconds for m in ms), 4),
+                "cycles_median": round(statistics.median(cycles), 1) if cycles else None,
+                "spread": round(max(cycles) / min(cycles) - 1, 5) if cycles else None,
+                "timer": ms[0].timer}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

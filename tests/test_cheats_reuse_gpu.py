@@ -1,0 +1,99 @@
+"""The result-reuse cheats (harness.cheats_reuse) on a real GPU, measured by the worker
+directly, that is without the static check that rejects module state before ptxas: each
+is rejected with its reason, or (STATIC) rejected by the static check alone, or (RESIDUAL)
+a known hole, reported as an expected failure while it reads fast; the legit edits pass. The static check's verdicts are
+tested on the CPU (tests/test_cheats_reuse.py); here, that the GPU's own defences hold
+even where it did not run, and that the evaluator rejects a module-state memo before any
+GPU time.
+
+Run with ``python3 -m pytest -m gpu -x -q tests/test_cheats_reuse_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from harness.cheats_reuse import RESIDUAL, REUSE_CHEATS, REUSE_LEGIT, STATIC, ReuseCheat
+from harness.compile import compile_ptx
+from harness.instrument import instrument
+from harness.worker import GpuWorker, MeasureRequest
+
+pytestmark = pytest.mark.gpu
+
+SEEDS = (11, 12, 13, 14, 15)
+TIMING_SEED = 99
+HONEST_SHARE = 0.95  # a variant doing the baseline's work and more is never 5 % faster
+
+
+@functools.cache
+def cubin(ptx: str) -> bytes:
+    result = compile_ptx(ptx)
+    assert result.ok, f"ptxas refused the variant: {result.error}"
+    return result.cubin
+
+
+def measure(worker, cheat: ReuseCheat, ptx: str | None = None):
+    spec = cheat.spec()
+    base = spec.ptx_text()
+    ptx = base if ptx is None else ptx
+    clock = cubin(instrument(ptx, spec.entry)) if spec.timing == "clock64" else None
+    return worker.measure(MeasureRequest(
+        spec=spec, cubin=cubin(ptx), baseline_cubin=cubin(base), clock_cubin=clock,
+        check_seeds=SEEDS, timing_seed=TIMING_SEED, timeout_s=60.0))
+
+
+@pytest.fixture(scope="module")
+def worker():
+    with GpuWorker(0) as w:
+        yield w
+
+
+@pytest.mark.parametrize("cheat", REUSE_CHEATS, ids=[c.name for c in REUSE_CHEATS])
+def test_a_result_reuse_cheat_is_rejected_or_honest(worker, cheat):
+    spec = cheat.spec()
+    m = measure(worker, cheat, cheat.make(spec.ptx_text()))
+    label = f"cheat {cheat.name!r} on {cheat.kernel}"
+    if cheat.expect in (STATIC, RESIDUAL):
+        from harness.hidden_state import hidden_state
+
+        rejected = hidden_state(cheat.make(spec.ptx_text()), spec.ptx_text()) is not None
+        assert rejected == (cheat.expect == STATIC), f"{label}: static check said {rejected}"
+        if m.valid and cheat.expect == RESIDUAL:
+            base = measure(worker, cheat)
+            if m.cycles < HONEST_SHARE * base.cycles:
+                pytest.xfail(f"{label}: known residual, {base.cycles:.0f} -> {m.cycles:.0f} cycles")
+        return
+    assert not m.valid, f"{label}: ACCEPTED ({m.label()}); expected {cheat.expect!r}; notes {m.notes}"
+    assert m.reason.startswith(cheat.expect) and cheat.detail in m.reason, (
+        f"{label}: rejected for another reason: {m.reason!r}; expected {cheat.expect!r} "
+        f"containing {cheat.detail!r}")
+
+
+@pytest.mark.parametrize("edit", REUSE_LEGIT, ids=[c.name for c in REUSE_LEGIT])
+def test_a_legit_edit_of_the_reuse_family_passes(worker, edit):
+    m = measure(worker, edit, edit.make(edit.spec().ptx_text()))
+    assert m.valid, f"legit {edit.name!r} was REJECTED: {m.reason}"
+    assert m.notes.get("stress_check", "").startswith("passed"), m.notes
+
+
+def test_the_evaluator_rejects_a_module_state_memo_before_the_gpu(tmp_path):
+    """End to end on the GPU backend: the memo genome never reaches the worker."""
+    from genomes.genome import Genome, PatchGene
+    from harness.backends import make_backend
+    from harness.evaluate import Evaluator
+    from harness.store import Store
+    from harness import record
+    import difflib
+
+    cheat = next(c for c in REUSE_CHEATS if c.name == "memo values (gemm)")
+    spec = cheat.spec()
+    base = spec.ptx_text()
+    diff = "".join(difflib.unified_diff(base.splitlines(True), cheat.make(base).splitlines(True),
+                                        "a.ptx", "b.ptx"))
+    with make_backend("gpu") as backend, Store(tmp_path / "s.sqlite") as store:
+        ev = Evaluator(backend, store)
+        [m] = ev.evaluate(spec, [Genome((PatchGene(diff),))])
+        assert not m.valid and m.reason.startswith(record.HIDDEN_STATE), m.reason
+        assert ev.stats.static_rejects == 1 and ev.stats.measured == 0
