@@ -44,7 +44,11 @@ def main(argv=None) -> None:
                 "seconds_median": round(statistics.median(m.seconds for m in ms), 4),
                 "cycles_median": round(statistics.median(cycles), 1) if cycles else None,
                 "spread": round(max(cycles) / min(cycles) - 1, 5) if cycles else None,
-                "timer": ms[0].timer}), flush=True)
+                # launch-to-launch noise within one measurement, relative to its figure
+                "robust_std": round(statistics.median(
+                    m.notes["robust_std"] / m.cycles for m in ms if m.valid), 5) if cycles else None,
+                "timer": ms[0].timer,
+                "reuse_probe_us": ms[0].notes.get("reuse_probe_us")}), flush=True)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ its own defence:
   tolerance). The pre-filled check launch (outputs pre-filled with the variant's own
   results on other inputs) shows it where the marker matches other inputs' outputs
   (per element, on gelu); a marker keyed on one input value (gemm) passes it with odds
-  15/16 and is a known residual (RESIDUAL): closing it needs every timed launch on fresh
-  outputs, which cost the clock64 figure its precision (H200, session 12).
+  15/16, and is made to do the work instead (WORKS): clock64 timing restores the outputs
+  before every timed launch, so no timed launch finds its marker.
 * the unused tail of an ``inout`` buffer longer than ``n`` (``tail_state``, specs from
   ``with_tail``): the whole-buffer comparison sees the tail differ from the baseline's.
   (An ``out`` buffer's tail cannot hold state: the baseline leaves it unwritten, and a
@@ -43,11 +43,11 @@ from harness import record
 from harness.cheats import CheatError, _after, _after_guard, _before, _find, _regs, _relu, _sub
 from harness.spec import BufferParam, KernelSpec
 
-__all__ = ["RESIDUAL", "STATIC", "REUSE_CHEATS", "REUSE_LEGIT", "ReuseCheat", "SLOTS", "TAIL", "CheatError",
+__all__ = ["STATIC", "WORKS", "REUSE_CHEATS", "REUSE_LEGIT", "ReuseCheat", "SLOTS", "TAIL", "CheatError",
            "with_tail"]
 
 STATIC = "static"  # only the static check rejects it: measured directly it reads fast
-RESIDUAL = "residual"  # no check rejects it yet (issue 25's note): measured directly it reads fast
+WORKS = "works"  # passes the gate, but the timer makes it do the work: it reads no faster
 SLOTS = 4096  # per-block memo slots: relu's and gelu's grids have 4096 blocks
 PAST_END = 8388608  # 8 MiB: past the end of relu's 4 MiB y and gemm's 64-byte C
 TAIL = 2 * SLOTS + 2  # f32 words tail_state needs after n: one u64 per block, 8-aligned
@@ -56,7 +56,7 @@ TAIL = 2 * SLOTS + 2  # f32 words tail_state needs after n: one u64 per block, 8
 @dataclass(frozen=True)
 class ReuseCheat:
     """One variant: suite kernel, maker, whether the static check must reject it, what the
-    GPU gate must say measuring it directly (a record reason, STATIC or RESIDUAL), a detail
+    GPU gate must say measuring it directly (a record reason, STATIC or WORKS), a detail
     substring, and how many elements ``with_tail`` adds to its outputs (0: none)."""
 
     name: str
@@ -250,8 +250,9 @@ def output_marker(ptx: str) -> str:
 
 def output_marker_tile(ptx: str) -> str:
     """``output_marker`` on gemm_tile: key from A[0], marker in C[0], the whole tile
-    skipped when it matches. A known residual (RESIDUAL): the pre-filled check misses a
-    one-value key with odds 15/16, and launches within a clock64 batch repeat one input."""
+    skipped when it matches. The pre-filled check misses a one-value key with odds 15/16;
+    the timer restores C before every timed launch, so the tile is computed each time
+    (WORKS)."""
     t = _tile(ptx)
     ptx, exit_ = _exit(_decl(ptx))
     check = (f"\tmov.b32 \t%chr0, {t['a0']};\n\tand.b32 \t%chr0, %chr0, 15;\n"
@@ -290,7 +291,7 @@ REUSE_CHEATS: list[ReuseCheat] = [
     ReuseCheat("state past end (relu)", "relu", state_past_end, False, record.OUT_OF_BOUNDS, "outside"),
     ReuseCheat("skip if written (gemm)", _G, skip_if_written_tile, False, _W, "pre-filled"),
     ReuseCheat("skip if written (relu)", "relu", skip_if_written, False, _W, "pre-filled"),
-    ReuseCheat("output marker (gemm)", _G, output_marker_tile, False, RESIDUAL),
+    ReuseCheat("output marker (gemm)", _G, output_marker_tile, False, WORKS),
     ReuseCheat("output marker (gelu)", "gelu", output_marker, False, _W, "pre-filled"),
     ReuseCheat("tail state (saxpy)", "saxpy", tail_state, False, _W, "differ in y", tail=TAIL),
 ]

@@ -242,6 +242,13 @@ def poisoned(param: BufferParam, xp=np) -> np.ndarray:
     return xp.full(param.count, _poison_bits(dt), dtype=_UINT[dt.itemsize]).view(dt)
 
 
+def fill_poison(param: BufferParam, raw) -> None:
+    """Write ``param``'s poison over the first ``param.nbytes`` of ``raw`` (a uint8 array,
+    NumPy or CuPy, whose length is a multiple of the element size there), in place."""
+    dt = _dtype(param.dtype)
+    raw[:param.nbytes].view(_UINT[dt.itemsize]).fill(_poison_bits(dt))
+
+
 def is_poison(array, dtype) -> np.ndarray:
     """Boolean mask of the elements whose BIT pattern is the poison's.
 

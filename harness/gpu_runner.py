@@ -51,7 +51,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from harness import gate, gpu_timing, record
+from harness import gate, gpu_timing, record, reuse_probe
 from harness.arena import ARENA_BYTES
 from harness.estimate import summarize
 from harness.gpu_timing import STICKY_MARKERS, TimingFailed
@@ -151,6 +151,7 @@ class Runner:
         self.copy_rates: dict = {}  # gpu_timing.copy_gbps's figures, by (bytes, caches)
         self._buffer_sets: OrderedDict = OrderedDict()  # timing's sets of the buffers
         self._l2_flush = None  # cold clock64 timing's flush buffer (2x the L2), made once
+        self._scratch = None  # harness.reuse_probe's decoy target, the largest asked
         gpu_timing.spin_up(self)
 
     # -------------------------------------------------------------- plumbing
@@ -279,6 +280,28 @@ class Runner:
                 bufs[p.name].set(image)
             else:  # a device image: a device-to-device copy
                 bufs[p.name][...] = image
+
+    def written_on_device(self, spec, images: dict) -> dict:
+        """Device copies of ``images`` for the buffers a launch writes (outputs and inouts):
+        what ``restore`` puts back before each timed clock64 launch."""
+        return {p.name: self.cp.asarray(images[p.name]) for p in spec.buffers() if p.role != "in"}
+
+    def restore(self, bufs: dict, kept: dict) -> None:
+        """Copy ``kept`` (from ``written_on_device``) into ``bufs``: device to device, queued
+        on the runner's stream, so launches still follow each other without a host wait."""
+        for name, image in kept.items():
+            bufs[name].data.copy_from_device_async(image.data, image.nbytes, self.stream)
+
+    def fill_poison(self, param, raw) -> None:
+        """``param``'s poison over ``raw`` (uint8, on the device), queued on the stream."""
+        gate.fill_poison(param, raw)  # a CuPy fill: a kernel on the current stream, ours
+
+    def scratch(self, nbytes: int):
+        """A device buffer of at least ``nbytes`` (uint8), kept: the largest asked so far."""
+        if self._scratch is None or self._scratch.nbytes < nbytes:
+            self._scratch = None
+            self._scratch = self.cp.empty(max(nbytes, 1), dtype=self.cp.uint8)
+        return self._scratch
 
     def buffer_sets(self, spec, count: int) -> list[dict]:
         """``count`` sets of the spec's buffers: its own (``buffers``), then copies laid
@@ -467,6 +490,8 @@ class Runner:
                 stats = summarize(samples, batch=gpu_timing.CLOCK_BATCH)
             else:
                 samples, notes = gpu_timing.time_events(self, request)
+                notes.update(reuse_probe.probe(self, request, self.function(request.cubin, spec.entry),
+                                               notes["us_per_launch"]))
                 stats = summarize(samples)
             stress = gate.stress_seed(request.check_seeds[0])
             self.check_seed(request, stress, "after timing")  # module docstring, step 3
@@ -477,7 +502,7 @@ class Runner:
             result.flags = gate.speedup_flags(request.baseline_cycles, result.cycles)
             result.notes.update(notes, median=stats["median"], std=stats["std"],
                                 robust_std=stats["robust_std"], rel_sem=stats["rel_sem"])
-        except (_Failed, TimingFailed) as failed:
+        except (_Failed, TimingFailed, reuse_probe.ResultReuse) as failed:
             result.reason = str(failed)
         except self.cuda_errors as err:
             result.reason = f"{record.LAUNCH_ERROR}: {err}"

@@ -24,12 +24,13 @@ cannot be timed raises ``TimingFailed`` with the reason.
 The result-reuse hole (a variant that remembered its last input, or found its outputs
 already written, skipped the work on repeated launches and read 2.4x fast): clock64 batches
 alternate between two input sets that differ in every element (``gate.timing_seeds``),
-outputs poisoned before each, and the buffers timed are judged against the baseline
-afterwards (``Runner.check_sets``), in both modes. Within a batch or a graph launches still
-repeat one input: what closes reuse there is the static check (``harness.hidden_state``),
-the arena guard and the pre-filled check launch (``harness.gpu_runner``). Giving every
-launch an input of its own cost the figures their precision on an H200 (the notes at
-``batch`` and ``time_events``).
+outputs and inouts are restored (poison, input) before every timed launch, and the buffers
+timed are judged against the baseline afterwards (``Runner.check_sets``), in both modes.
+Within an events graph launches still repeat one input on the outputs the launch before
+left: what closes reuse there is the static check (``harness.hidden_state``), the arena
+guard and the pre-filled check launch (``harness.gpu_runner``). Giving every launch an
+input of its own cost the figures their precision on an H200 (the notes at ``batch`` and
+``time_events``).
 
 Caches (the spec's ``caches``): "warm" as above, every launch on the same buffers, so data
 that fits in the L2 is read from it. "cold": every timed launch reads from DRAM. Events
@@ -191,6 +192,11 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
     base = clock.data.ptr
     after_upload: list[int] = []
     batches = [0]
+    # Outputs and inouts restored before every timed launch, not only at uploads: a
+    # variant that finds its own last answer in its outputs (a marker in their rounding
+    # slack keyed on the input) must do the work on every launch the figure averages.
+    # The cycles are counted inside the kernel, so the copies stay out of the figure.
+    kept = [runner.written_on_device(spec, image) for image in images]
 
     def batch(count: int) -> list[int]:
         # A fresh upload per batch (module docstring), then one launch more
@@ -200,16 +206,18 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         # launch (12.5 %) was such a first one. Each launch writes its own slice of the
         # clock buffer, so a batch's launches run back to back.
         # Each batch uploads the other of the two timing input sets (they differ in
-        # every element), outputs poisoned: a batch never starts on the answer of the
-        # batch before it, and the last batch's outputs are judged after timing. (Giving
-        # every launch buffers of its own closed reuse within a batch too, but spread the
-        # launches over nine placements: per-launch noise 0.2 -> 11 %, H200, session 12.)
+        # every element), outputs poisoned, and restores outputs and inouts before each
+        # launch: no launch starts on an answer, and the last one's outputs are judged
+        # after timing. (Giving every launch buffers of its own did it too, but spread
+        # the launches over nine placements: per-launch noise 0.2 -> 11 %, H200, session 12.)
         if before_batch is not None:
             before_batch()
         runner.upload(spec, bufs, images[batches[0] % 2])
         count += 1
         clock[:count * words].fill(instrument.CLOCK_POISON)
         for i in range(count):
+            if i:
+                runner.restore(bufs, kept[batches[0] % 2])
             if cold:
                 runner.flush_l2()
             runner.launch(fn, spec, args + [base + 8 * words * i], shape=request.launch)
@@ -243,8 +251,9 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
     runner.check_sets(request, [bufs], [seeds[(batches[0] - 1) % 2]], "after timing")
     return samples, {"launches_per_upload": f"1 untimed + {CLOCK_BATCH} + 1 settle",
                      "timed_inputs": ("batches alternate between two input sets that differ "
-                                      "in every element, outputs poisoned before each; the "
-                                      "last batch's outputs checked after timing"),
+                                      "in every element; outputs and inouts restored before "
+                                      "every launch; the last launch's outputs checked after "
+                                      "timing"),
                      "placement": runner.placement(spec),
                      "after_upload_median": (float(np.median(after_upload))
                                              if after_upload else None),
@@ -278,7 +287,7 @@ def spin_up(runner, seconds: float = SPIN_UP_S) -> None:
 
 def time_events(runner, request) -> tuple[list[float], dict]:
     """Cycles per launch of the uninstrumented cubin, from CUDA events around graph replays."""
-    spec, cp, stream = request.spec, runner.cp, runner.stream
+    spec, stream = request.spec, runner.stream
     fn = runner.function(request.cubin, spec.entry)
     seeds = [request.timing_seed]
     images = [runner.seed_data(spec, request.timing_seed)[1]]
@@ -289,44 +298,25 @@ def time_events(runner, request) -> tuple[list[float], dict]:
     # bimodal (layernorm: 6 % between measurements, 0.2 % with one set; H200, session 12).
     copies = cold_copies(held, runner.l2_bytes) if spec.caches == "cold" else 1
     arg_sets = runner.rotated_args(spec, copies, images)
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-
-    def elapsed_us(run, count: int) -> float:
-        start.record(stream)
-        run()
-        stop.record(stream)
-        stop.synchronize()
-        return cp.cuda.get_elapsed_time(start, stop) * 1000.0 / count
 
     def loop(count: int):
         return lambda: [runner.launch(fn, spec, arg_sets[i % copies], stream, request.launch)
                         for i in range(count)]
 
     loop(max(request.warmup, 1))()
-    estimate = elapsed_us(loop(10), 10)  # includes the ~µs launch floor: an upper bound
+    estimate = elapsed_us(runner, loop(10), 10)  # includes the ~µs launch floor: an upper bound
     k = int(min(MAX_GRAPH_LAUNCHES, max(1, GRAPH_TARGET_S * 1e6 / max(estimate, 1e-3))))
     k = max(copies, k // copies * copies)  # whole rotations: no set is reused early
     notes = {"graph_launches": k, "caches": caches_note(spec, held, copies, runner.l2_bytes),
              "placement": runner.placement(spec)}
-    try:
-        stream.begin_capture()
-        try:
-            loop(k)()
-        finally:
-            graph = stream.end_capture()
-        replay = functools.partial(graph.launch, stream)  # keeps the graph alive
-        replay()
-        stream.synchronize()
-    except Exception as err:  # capture unsupported here: time a plain loop instead
-        if isinstance(err, runner.cuda_errors) and any(m in str(err) for m in STICKY_MARKERS):
-            raise
-        replay = loop(k)
-        notes["graph"] = f"capture failed ({err}); timed a loop of {k} launches on one stream"
+    replay, failed = replayable(runner, loop(k))
+    if failed:
+        notes["graph"] = f"{failed}; timed a loop of {k} launches on one stream"
     mhz_before = sm_mhz(runner)
     samples: list[float] = []
     while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem):
         for _ in range(min(EVENTS_CHUNK, request.max_reps - len(samples))):
-            samples.append(elapsed_us(replay, k))
+            samples.append(elapsed_us(runner, replay, k))
     mhz_after = sm_mhz(runner)
     inout = frozenset(p.name for p in spec.buffers() if p.role == "inout")  # many launches' sum
     runner.check_sets(request, runner.buffer_sets(spec, copies), seeds, "after timing",
@@ -337,6 +327,37 @@ def time_events(runner, request) -> tuple[list[float], dict]:
                  sm_mhz=round(mhz, 1), us_per_launch=float(np.median(samples)),
                  bytes_moved=moved, copy_gbps=round(copy_gbps(runner, moved, spec.caches), 1))
     return [us * mhz for us in samples], notes
+
+
+def replayable(runner, run) -> tuple:
+    """(replay, why not a graph): ``run`` (stream work) captured as a CUDA graph whose
+    replay does it again, or, where capture fails, ``run`` itself and the reason."""
+    stream = runner.stream
+    try:
+        stream.begin_capture()
+        try:
+            run()
+        finally:
+            graph = stream.end_capture()
+        replay = functools.partial(graph.launch, stream)  # keeps the graph alive
+        replay()
+        stream.synchronize()
+        return replay, ""
+    except Exception as err:  # capture unsupported here: the caller times a plain loop
+        if isinstance(err, runner.cuda_errors) and any(m in str(err) for m in STICKY_MARKERS):
+            raise
+        return run, f"capture failed ({err})"
+
+
+def elapsed_us(runner, run, count: int = 1) -> float:
+    """Microseconds per ``count`` of ``run`` (stream work), between two CUDA events."""
+    cp, stream = runner.cp, runner.stream
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record(stream)
+    run()
+    stop.record(stream)
+    stop.synchronize()
+    return cp.cuda.get_elapsed_time(start, stop) * 1000.0 / count
 
 
 def set_bytes(spec) -> int:
@@ -392,19 +413,7 @@ def copy_gbps(runner, moved: int, caches: str = "warm") -> float:
             dst, src = bufs[i % pairs]
             kernel(grid, (256, 1, 1), (dst, src, np.uint64(chunks)), stream=stream)
 
-    stream.begin_capture()
-    try:
-        copies()
-    finally:
-        graph = stream.end_capture()
-    graph.launch(stream)
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    samples = []
-    for _ in range(COPY_REPLAYS):
-        start.record(stream)
-        graph.launch(stream)
-        stop.record(stream)
-        stop.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / k)  # s per copy
-    runner.copy_rates[key] = rate = 2 * half / float(np.median(samples)) / 1e9
+    replay, _ = replayable(runner, copies)
+    us = float(np.median([elapsed_us(runner, replay, k) for _ in range(COPY_REPLAYS)]))
+    runner.copy_rates[key] = rate = 2 * half / us / 1e3  # bytes/µs / 1e3 = GB/s
     return rate

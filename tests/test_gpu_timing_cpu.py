@@ -46,6 +46,7 @@ class FakeRunner:
         self.uploaded: dict[str, int] = {}  # buffer set -> seed of the images last uploaded
         self.launched: list[tuple[str, int]] = []  # (buffer set, its inputs' seed) per launch
         self.checked: list[tuple[list, list, str]] = []  # check_sets calls
+        self.restores: list[int] = []  # seed of the images each restore put back
 
     def _settle(self, grid, block, args):
         assert grid == block == (1, 1, 1) and args[1] == self.settle_out
@@ -85,6 +86,14 @@ class FakeRunner:
         self.events.append("upload")
         self.uploaded[bufs["a"]] = images["seed"]
 
+    def written_on_device(self, spec, images):
+        return {"seed": images["seed"]}
+
+    def restore(self, bufs, kept):  # no upload: the launch after it is a timed one
+        self.events.append("restore")
+        self.restores.append(kept["seed"])
+        self.uploaded[bufs["a"]] = kept["seed"]
+
     def launch(self, fn, spec, args, stream=None, shape=None):
         word = (args[-1] - self.clock_buf.data.ptr) // 8  # this launch's clock slice
         cycles = AFTER_UPLOAD if self.since_upload == 0 else STEADY + self.launches % 3
@@ -117,14 +126,15 @@ def test_the_first_launch_after_each_upload_is_kept_out_of_the_samples():
 def test_each_batch_ends_with_one_settle_launch_on_the_first_buffer():
     runner = FakeRunner()
     gpu_timing.time_clock64(runner, request(warmup=0, min_reps=16, max_reps=16))
-    batch = ["upload"] + ["launch"] * (gpu_timing.CLOCK_BATCH + 1) + ["settle buffer a"]
-    assert runner.events == batch * 2
+    batch = ["upload", "launch"] + ["restore", "launch"] * gpu_timing.CLOCK_BATCH
+    assert runner.events == (batch + ["settle buffer a"]) * 2
 
 
 def test_batches_alternate_between_two_input_sets_and_the_last_is_judged():
     """The result-reuse defence in clock64 timing: a batch never starts on the inputs (or
-    the outputs) of the batch before it, and the outputs the last batch left are judged
-    after timing, against the baseline on that batch's inputs."""
+    the outputs) of the batch before it, every launch after a batch's first starts on its
+    outputs restored from that batch's images (poison, inouts' inputs), and the outputs the
+    last launch left are judged after timing, against the baseline on its inputs."""
     from harness import gate
 
     runner = FakeRunner()
@@ -133,6 +143,8 @@ def test_batches_alternate_between_two_input_sets_and_the_last_is_judged():
     a, b = gate.timing_seeds(req.timing_seed)
     n = gpu_timing.CLOCK_BATCH + 1
     assert [seed for _, seed in runner.launched] == [a] * n + [b] * n + [a] * n
+    assert runner.restores == [a] * (n - 1) + [b] * (n - 1) + [a] * (n - 1)
+    assert runner.events[:4] == ["upload", "launch", "restore", "launch"]
     assert runner.checked == [(["buffer a"], [a], "after timing")]
 
 
@@ -158,7 +170,8 @@ def test_cold_clock64_timing_flushes_the_l2_before_every_launch():
     req = MeasureRequest(spec=spec, cubin=b"", baseline_cubin=b"", clock_cubin=b"clock",
                          warmup=0, min_reps=8, max_reps=8)
     _, notes = gpu_timing.time_clock64(runner, req)
-    batch = ["upload"] + ["flush", "launch"] * (gpu_timing.CLOCK_BATCH + 1) + ["settle buffer a"]
+    batch = (["upload", "flush", "launch"] + ["restore", "flush", "launch"] * gpu_timing.CLOCK_BATCH
+             + ["settle buffer a"])
     assert runner.events == batch
     assert notes["caches"].startswith("cold (the L2 flushed before each launch")
     warm = FakeRunner()
