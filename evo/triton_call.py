@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from genomes.errors import EvoError
 
-_TORCH_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32",
+_TORCH_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int32": "i32",
                  "int64": "i64", "uint8": "u8", "int8": "i8"}
 
 
@@ -64,7 +64,7 @@ def _param(name: str, value, before):
         if not value.is_contiguous():
             raise EvoError(f"from_triton_call: {name} is not contiguous; pass .contiguous()")
         role = "in" if torch.equal(before, value) else "inout"
-        if dtype.startswith("f") and not bool(torch.isfinite(before).all()):
+        if value.is_floating_point() and not bool(torch.isfinite(before).all()):
             return api.buffer(name, dtype, value.numel(), role=role)  # e.g. torch.empty
         low, high = before.min().item(), before.max().item()
         if dtype.startswith(("i", "u")):

@@ -28,7 +28,7 @@ from typing import Mapping
 
 import numpy as np
 
-from harness import record
+from harness import bf16, record
 from harness.spec import DTYPES, BufferParam, KernelSpec, is_int_dtype, numpy_dtype
 
 CANARY_BYTES = 256
@@ -67,7 +67,7 @@ def _dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
 
 
-def _poison_bits(dtype: np.dtype) -> int:
+def _poison_bits(dtype: np.dtype) -> int:  # bf16 (uint16 bits): all ones, a NaN there too
     if dtype.kind == "f":
         return _NAN_BITS[dtype.itemsize]
     return (1 << (8 * dtype.itemsize)) - 1  # all ones: -1 signed, the maximum unsigned
@@ -127,7 +127,9 @@ def other_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | n
         a, b = first[p.name], inputs[p.name]
         uint = _UINT[a.dtype.itemsize]
         same = a.view(uint) == b.view(uint)
-        if is_int_dtype(p.dtype):
+        if p.dtype == "bf16":  # bits: the lowest significand bit flipped, one ulp away
+            inputs[p.name] = xp.where(same, a ^ np.uint16(1), b)
+        elif is_int_dtype(p.dtype):
             span = int(p.high) - int(p.low)
             if span < 2:
                 continue
@@ -205,11 +207,14 @@ def stress_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | 
     for p in spec.buffers():
         if p.role == "out" or p.fill != "normal" or is_int_dtype(p.dtype):
             continue
-        values = inputs[p.name]
+        values = bf16.to_float(inputs[p.name]) if p.dtype == "bf16" else inputs[p.name]
         scaled = rng.random(p.count) < STRESS_FRACTION
         factor = xp.exp2(rng.integers(1, STRESS_MAX_EXPONENT + 1, p.count))
-        big = np.finfo(values.dtype).max  # f16 would overflow to inf: clip to its largest finite
-        inputs[p.name] = xp.clip(xp.where(scaled, values * factor, values), -big, big).astype(values.dtype)
+        # f16 would overflow to inf: clip to its largest finite
+        big = bf16.MAX if p.dtype == "bf16" else np.finfo(values.dtype).max
+        stressed = xp.clip(xp.where(scaled, values * factor, values), -big, big)
+        inputs[p.name] = (bf16.from_float(stressed, xp) if p.dtype == "bf16"
+                          else stressed.astype(values.dtype))
     return inputs
 
 
@@ -222,8 +227,17 @@ def reference_outputs(spec: KernelSpec, inputs: Mapping) -> dict[str, np.ndarray
         return None
     from harness.kernels.reference import run_reference
 
-    raw = run_reference(spec, dict(inputs))
+    raw = run_reference(spec, dict(inputs))  # bf16 outputs come back as their bits
     return {p.name: np.asarray(raw[p.name], dtype=_dtype(p.dtype)).ravel() for p in spec.outputs()}
+
+
+def values(array, dtype: str):
+    """``array`` (a buffer's elements, bits for bf16) as numbers to compare: float32 for
+    bf16 (``harness.bf16``), else the dtype's own type."""
+    xp = array_module(array)
+    if dtype == "bf16":
+        return bf16.to_float(xp.asarray(array, dtype=np.uint16).ravel())
+    return xp.asarray(array, dtype=_dtype(dtype)).ravel()
 
 
 # --------------------------------------------------------------------------- poison
@@ -345,8 +359,8 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
             return False, reason
     if reference is not None:
         for p in spec.outputs():
-            out = xp.asarray(outputs[p.name], dtype=_dtype(p.dtype)).ravel()
-            ref = xp.asarray(reference[p.name], dtype=_dtype(p.dtype)).ravel()
+            out = values(xp.asarray(outputs[p.name]), p.dtype)
+            ref = values(xp.asarray(reference[p.name]), p.dtype)
             reason = _mismatch(p.name, out, ref, p, spec, stress)
             if reason:
                 return False, reason
@@ -363,8 +377,8 @@ def max_error(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndar
         if is_int_dtype(p.dtype):
             continue
         xp = array_module(outputs[p.name])
-        got = xp.asarray(outputs[p.name], dtype=np.float64).ravel()
-        want = xp.asarray(reference[p.name], dtype=np.float64).ravel()
+        got = values(outputs[p.name], p.dtype).astype(np.float64)
+        want = values(xp.asarray(reference[p.name]), p.dtype).astype(np.float64)
         ok = xp.isfinite(got) & xp.isfinite(want)
         if not ok.any():
             continue
@@ -455,6 +469,6 @@ def speedup_flags(baseline_cycles: float | None, cycles: float | None) -> list[s
 __all__ = ["CANARY_BYTE", "CANARY_BYTES", "SPEEDUP_REVIEW", "array_module", "check_launch",
            "compare", "is_poison",
            "is_stress_seed", "make_inputs", "other_inputs", "timing_seeds", "poison_value",
-           "poisoned", "reference_outputs",
+           "poisoned", "reference_outputs", "values",
            "seed_label", "speedup_flags", "split_canary", "stress_inputs", "stress_seed",
            "with_canary"]

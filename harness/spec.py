@@ -33,9 +33,10 @@ from typing import Any, Mapping
 from genomes.errors import EvoError
 from genomes.ptx import only_entry
 
-DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "i32": "int32", "u32": "uint32",
+# bf16 has no NumPy type: its buffers are kept as their bits (uint16), converted by harness.bf16.
+DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "uint16", "i32": "int32", "u32": "uint32",
           "i64": "int64", "u64": "uint64", "i8": "int8", "u8": "uint8"}
-DTYPE_BITS = {"f32": 32, "f64": 64, "f16": 16, "i32": 32, "u32": 32, "i64": 64, "u64": 64, "i8": 8, "u8": 8}
+DTYPE_BITS = {"f32": 32, "f64": 64, "f16": 16, "bf16": 16, "i32": 32, "u32": 32, "i64": 64, "u64": 64, "i8": 8, "u8": 8}
 ROLES = ("in", "out", "inout")
 FILLS = ("normal", "uniform", "int", "const")
 TIMINGS = ("clock64", "events")
@@ -172,8 +173,15 @@ class KernelSpec:
         return {p.name: p for p in self.params}[name]
 
     def tolerance_for(self, param: BufferParam) -> Tolerance:
-        """The tolerance for one output: the spec's, or exact for integer dtypes."""
-        return Tolerance(0.0, 0.0) if is_int_dtype(param.dtype) else self.tolerance
+        """The tolerance for one output: the spec's, exact for integer dtypes, and for bf16
+        at least bf16's own (``harness.bf16.TOLERANCE``: 8 significant bits)."""
+        if is_int_dtype(param.dtype):
+            return Tolerance(0.0, 0.0)
+        if param.dtype == "bf16":
+            from harness.bf16 import TOLERANCE
+
+            return Tolerance(max(self.tolerance.rtol, TOLERANCE[0]), max(self.tolerance.atol, TOLERANCE[1]))
+        return self.tolerance
 
     @property
     def launch(self):
@@ -302,6 +310,9 @@ def read_param(table, where: str | Path, index: int = 0) -> Param:
     name = r.get("name", str, check=str.isidentifier, what="an identifier")
     dtype = r.choice("dtype", tuple(DTYPES))
     if kind == "scalar":
+        if dtype == "bf16":
+            r.fail("a bf16 scalar is not supported: pass it as f32 (Triton and nvcc pass float "
+                   "scalars as f32)")
         if is_int_dtype(dtype):
             low, high = _dtype_range(dtype)
             value = r.get("value", int, check=lambda v: low <= v <= high, what=f"an int in [{low}, {high}]")

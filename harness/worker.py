@@ -124,6 +124,13 @@ def _serve_gpu(conn, device_id: int, arena_handle: bytes | None = None) -> None:
     serve(conn, device_id, arena_handle)
 
 
+COLD_GATE_S = 60.0
+"""Added to a request's timeout the first time a child judges a dtype on the GPU: CuPy
+compiles the gate's device kernels (NVRTC) on first use, and with an empty kernel cache
+that took 15 s of gelu's first measurement on an H200 (40 compiles; 0.05 s once cached;
+BENCHMARKS.md, session 13), which a 10 s timeout recorded as a hang."""
+
+
 class GpuWorker:
     """One GPU, driven from a child process that is restarted after any crash or hang.
 
@@ -142,6 +149,7 @@ class GpuWorker:
         self._conn = None
         self._device = ""
         self._started = 0
+        self._judged: set[tuple] = set()  # dtypes the current child has judged on the GPU
         # The arena this worker's children measure in, lent once and kept across restarts
         # (harness.arena), passed as the child's third argument; by default only the real
         # GPU child takes one.
@@ -167,6 +175,7 @@ class GpuWorker:
         proc.start()
         child_end.close()  # so that the child's death reads as EOF here
         self._proc, self._conn = proc, parent_end
+        self._judged = set()
         try:
             if not parent_end.poll(self.start_timeout_s):
                 raise WorkerStartError(f"GPU worker {self.device_id} did not start within "
@@ -260,6 +269,19 @@ class GpuWorker:
 
     # ------------------------------------------------------------------ measuring
 
+    def _cold_gate_s(self, spec) -> float:
+        """``COLD_GATE_S`` for the first request of the child to judge these dtypes on the
+        GPU, else 0."""
+        from harness.gpu_runner import DEVICE_CHECK_BYTES
+
+        if sum(p.nbytes for p in spec.buffers()) < DEVICE_CHECK_BYTES:
+            return 0.0
+        dtypes = tuple(sorted({p.dtype for p in spec.buffers()}))
+        if dtypes in self._judged:
+            return 0.0
+        self._judged.add(dtypes)
+        return COLD_GATE_S
+
     def _invalid(self, request: MeasureRequest, reason: str, start: float) -> Measurement:
         return Measurement(kernel=request.name, device=self._device, valid=False, reason=reason,
                            backend="gpu", seconds=time.perf_counter() - start)
@@ -280,13 +302,14 @@ class GpuWorker:
             self._kill()
             self._start()
             self._conn.send(request)
+        timeout = request.timeout_s + self._cold_gate_s(request.spec)
         try:
-            answered = self._conn.poll(request.timeout_s)
+            answered = self._conn.poll(timeout)
         except (OSError, ValueError):
             answered = True  # a broken pipe: recv below reports it as a death
         if not answered:
             self._kill()
-            return self._invalid(request, f"{record.TIMEOUT}: no answer within {request.timeout_s:g} s "
+            return self._invalid(request, f"{record.TIMEOUT}: no answer within {timeout:g} s "
                                           "(hang or infinite loop); worker killed and restarted", start)
         try:
             kind, measurement, alive = self._conn.recv()

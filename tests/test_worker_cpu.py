@@ -34,6 +34,8 @@ def fake_serve(conn, device_id):
             time.sleep(3600)
         if request.kernel_name == "die":
             os._exit(7)
+        if request.kernel_name == "slow":
+            time.sleep(1.0)
         if request.kernel_name == "sticky":
             bad = Measurement(kernel=request.name, device="Fake", valid=False,
                               reason=f"{record.LAUNCH_ERROR}: cudaErrorIllegalAddress: an illegal memory access")
@@ -52,8 +54,8 @@ def fake_dies_at_start(conn, device_id):
     os._exit(3)
 
 
-def request(kernel_name: str = "", timeout_s: float = 10.0) -> MeasureRequest:
-    return MeasureRequest(spec=find_kernel("gemm_tile_2x2x2"), cubin=b"variant", baseline_cubin=b"base",
+def request(kernel_name: str = "", timeout_s: float = 10.0, kernel: str = "gemm_tile_2x2x2") -> MeasureRequest:
+    return MeasureRequest(spec=find_kernel(kernel), cubin=b"variant", baseline_cubin=b"base",
                           clock_cubin=b"clock", check_seeds=(1, 2, 3, 4, 5), timing_seed=99,
                           timeout_s=timeout_s, kernel_name=kernel_name)
 
@@ -99,6 +101,23 @@ def test_hang_death_and_sticky_error_each_restart_the_worker():
         after_sticky = worker.measure(request("ok"))
         assert after_sticky.valid and after_sticky.notes["pid"] != after_death.notes["pid"]
         assert worker.restarts == 3
+
+
+def test_a_childs_first_judgement_of_a_dtype_on_the_gpu_gets_time_to_compile(monkeypatch):
+    """CuPy compiles the gate's device kernels on first use (harness.worker.COLD_GATE_S):
+    the first request judged on the GPU per dtype set and child may take that much longer;
+    the next one, or a small kernel judged on the host, may not."""
+    import harness.worker
+
+    monkeypatch.setattr(harness.worker, "COLD_GATE_S", 2.0)
+    with GpuWorker(0, target=fake_serve) as worker:
+        assert not worker.measure(request("slow", timeout_s=0.5)).valid  # gemm tile: host-judged
+        first = worker.measure(request("slow", timeout_s=0.5, kernel="relu"))  # 8 MiB: on the GPU
+        assert first.valid, first.reason
+        again = worker.measure(request("slow", timeout_s=0.5, kernel="relu"))
+        assert not again.valid and "no answer within 0.5 s" in again.reason
+        fresh_child = worker.measure(request("slow", timeout_s=0.5, kernel="relu"))
+        assert fresh_child.valid, fresh_child.reason  # the timeout restarted the child
 
 
 def test_a_child_killed_between_requests_is_replaced_without_blaming_the_next_candidate():

@@ -32,21 +32,27 @@ def random_inputs(spec, rng: np.random.Generator, xp=np) -> Inputs:
     ``xp``: the array module the buffers are made in (CuPy, with ``rng`` drawing on the
     GPU: ``harness.gate.make_inputs``).
     """
+    from harness import bf16
+
     values: Inputs = {}
     for p in spec.params:
         dtype = spec.numpy_dtype(p.dtype)
         if p.kind == "scalar":
             values[p.name] = dtype.type(p.value)
-        elif p.role == "out":
+            continue
+        if p.role == "out":
             values[p.name] = xp.zeros(p.count, dtype)
-        elif p.fill == "normal":
-            values[p.name] = rng.normal(p.mean, p.std, p.count).astype(dtype)
+            continue
+        if p.fill == "normal":
+            drawn = rng.normal(p.mean, p.std, p.count)
         elif p.fill == "uniform":
-            values[p.name] = rng.uniform(p.low, p.high, p.count).astype(dtype)
+            drawn = rng.uniform(p.low, p.high, p.count)
         elif p.fill == "int":
-            values[p.name] = rng.integers(int(p.low), int(p.high), p.count).astype(dtype)
+            drawn = rng.integers(int(p.low), int(p.high), p.count)
         else:
-            values[p.name] = xp.full(p.count, p.value, dtype)
+            drawn = xp.full(p.count, p.value, np.float32 if p.dtype == "bf16" else dtype)
+        # bf16 is kept as its bits (harness.bf16): the values drawn, rounded to bf16
+        values[p.name] = bf16.from_float(drawn, xp) if p.dtype == "bf16" else drawn.astype(dtype)
     return values
 
 
@@ -189,7 +195,14 @@ def transpose(inputs: Inputs, spec) -> Inputs:
 
 
 def run_reference(spec, inputs: Inputs) -> Inputs:
-    """Call the spec's reference on `inputs`; KeyError if the spec names none."""
+    """Call the spec's reference on `inputs`; KeyError if the spec names none. A bf16
+    buffer reaches the reference as float32 values and comes back as bf16 bits (a
+    reference computes in float; ``harness.bf16``)."""
+    from harness import bf16
+
     if spec.reference is None:
         raise KeyError(f"spec {spec.name} names no reference")
-    return REFERENCES[spec.reference](inputs, spec)
+    kinds = {p.name: p.dtype for p in spec.buffers()}
+    given = {k: bf16.to_float(v) if kinds.get(k) == "bf16" else v for k, v in inputs.items()}
+    raw = REFERENCES[spec.reference](given, spec)
+    return {k: bf16.from_float(v) if kinds.get(k) == "bf16" else v for k, v in raw.items()}
