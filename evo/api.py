@@ -36,7 +36,8 @@ from harness.spec import (BufferParam, KernelSpec, ScalarParam, SpecError, Toler
 from harness.spec_ptx import check_ptx, ptx_entries
 from harness.spec_write import param_table, spec_toml
 
-__all__ = ["RunResult", "buffer", "from_triton", "from_triton_call", "kernel", "measure", "run", "scalar"]
+__all__ = ["RunResult", "buffer", "capture", "from_triton", "from_triton_call", "kernel", "measure", "run",
+           "scalar"]
 
 TRITON_SCRATCH = ("global_scratch", "profile_scratch")  # the pointers Triton appends, in order
 
@@ -152,6 +153,15 @@ def from_triton_call(fn, grid, *args, **kwargs) -> KernelSpec:
     from evo.triton_call import from_triton_call as from_call
 
     return from_call(fn, grid, *args, **kwargs)
+
+
+def capture(fn, *inputs, out, warmup: int = 1, profile: bool = True) -> dict:
+    """Capture the Triton kernels one call of ``fn(*inputs)`` (a step of a
+    ``torch.compile``d program) launches into the folder ``out``: a spec per distinct
+    kernel and ``manifest.json`` (launches, GPU time share). ``evo.model.capture``."""
+    from evo.model.capture import capture as run_capture
+
+    return run_capture(fn, *inputs, out=out, warmup=warmup, profile=profile)
 
 
 def measure(spec_or_name, genome=None, *, backend: str = "auto", store: str | Path | None = None,

@@ -1,0 +1,334 @@
+"""Capture the Triton kernels a ``torch.compile``d step launches: ``evo.capture(fn, *inputs)``.
+
+How: Inductor launches each of its Triton kernels through ``CachingAutotuner.run`` (torch
+2.8-2.11, ``torch/_inductor/runtime/triton_heuristics.py``), the launch hooks of Triton
+being bypassed by its static launcher. ``Recorder`` wraps that method for one call of the
+step and writes down, per launch: the kernel's name and its PTX (the compiled kernel's
+``asm`` where kept, else ``<triton cache>/<cache_hash>/<name>.ptx`` beside the cubin),
+the grid (``_interpret_args_grid``, as Inductor's own launch-parameter dump computes it),
+warps and dynamic shared memory of the config autotuning chose, and every argument: a
+tensor's dtype, the elements its view can reach, its role from Inductor's argument names
+(``in_ptr``: read, ``out_ptr``: written, ``in_out_ptr``: both) and the range of values it
+held just before the launch; an int or float's value. A second call of the step runs
+under ``torch.profiler`` for each kernel's share of the step's GPU time.
+
+``write`` turns the launches into the capture folder: one spec per distinct kernel (same
+PTX, grid and arguments: one, with its count of launches), through ``evo.api.from_triton``
+as any Triton kernel, and ``manifest.json`` (``MANIFEST``): per kernel its spec, launches
+per step, GPU time and share (the profiler times kernel names: a name launched with two
+launches' worth of arguments shares its time by launches), and where it came from; kernels that cannot be specs (a
+workspace pointer, an unknown dtype) are listed with the reason. Inputs are drawn over the
+range each tensor held, so indices stay in bounds; a tensor holding no finite value is
+drawn from the normal fill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from genomes.errors import EvoError
+
+MANIFEST = "manifest.json"
+FORMAT = 1  # manifest format version
+
+# Triton signature types -> spec dtypes (pointers drop the '*'); i1 (bool) is a byte
+DTYPES = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "fp64": "f64", "i64": "i64", "i32": "i32",
+          "i8": "i8", "u8": "u8", "i1": "u8", "u32": "u32", "u64": "u64"}
+ROLES = (("in_out_ptr", "inout"), ("in_ptr", "in"), ("out_ptr", "out"))  # prefix -> role
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One argument of one launch, as plain data: a pointer (``dtype`` without the '*',
+    ``count`` elements reachable, ``role``, ``low``/``high`` seen before the launch, None
+    when nothing finite was) or a scalar (``value``)."""
+
+    name: str
+    type: str  # the Triton signature type: "*bf16", "i32", "fp32", ...
+    count: int = 0
+    role: str = ""
+    contiguous: bool = True
+    low: float | None = None
+    high: float | None = None
+    value: float | int | None = None
+
+    @property
+    def pointer(self) -> bool:
+        return self.type.startswith("*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One launch of one Inductor kernel, as plain data (JSON round-trips it)."""
+
+    kernel: str
+    ptx: str
+    grid: tuple[int, int, int]
+    num_warps: int
+    shared: int
+    args: tuple[Arg, ...]
+    cache_hash: str = ""
+
+    def key(self) -> tuple:
+        """Launches with one key are one kernel to evolve: same code, launch and arguments."""
+        args = tuple((a.name, a.type, a.count, a.role, a.value if not a.pointer else None)
+                     for a in self.args)
+        return (hashlib.sha256(self.ptx.encode()).hexdigest(), self.grid, self.num_warps, args)
+
+
+def role_of(name: str) -> str | None:
+    """A pointer's role from Inductor's argument name; None for a pointer of another kind
+    (``ws_ptr``, ``sem_ptr``: a workspace the kernel owns)."""
+    for prefix, role in ROLES:
+        if name.startswith(prefix):
+            return role
+    return None
+
+
+def extent(shape, stride) -> int:
+    """Elements a view with ``shape`` and ``stride`` can reach from its first element."""
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, stride))
+
+
+# ---------------------------------------------------------------------- recording (torch)
+
+
+def _arg(name: str, type_: str, value) -> Arg:
+    import torch
+
+    if not type_.startswith("*"):
+        return Arg(name, type_, value=value.item() if hasattr(value, "item") else value)
+    role = role_of(name) or ""
+    count = extent(value.shape, value.stride())
+    contiguous = count == value.numel()
+    low = high = None
+    if count and role != "out":
+        seen = value.detach().float() if value.dtype == torch.bool else value.detach()
+        finite = seen[torch.isfinite(seen)] if seen.is_floating_point() else seen
+        if finite.numel():
+            low, high = float(finite.min()), float(finite.max())
+    return Arg(name, type_, count, role, contiguous, low, high)
+
+
+def _ptx(autotuner, launcher) -> str:
+    """The PTX of the launcher's kernel: kept by Triton's compiled kernel where the launcher
+    holds it, else the file beside its cubin in the Triton cache."""
+    binary = getattr(launcher, "__globals__", {}).get("bin") or getattr(launcher, "bin", None)
+    asm = getattr(binary, "asm", None)
+    if asm is not None and "ptx" in asm:
+        text = asm["ptx"]
+        return text.decode() if isinstance(text, bytes) else text
+    name, folder = autotuner.fn.__name__, str(getattr(launcher, "cache_hash", ""))
+    roots = [os.environ.get("TRITON_CACHE_DIR", "")]
+    try:  # Inductor's own Triton cache (kernels it loaded from its caches live there)
+        from torch._inductor.runtime.runtime_utils import triton_cache_dir
+
+        roots.append(triton_cache_dir(autotuner.triton_meta.get("device", 0)))
+    except Exception:  # another torch: the places below
+        pass
+    try:
+        import triton
+
+        roots.append(str(triton.knobs.cache.dir))
+    except Exception:  # an older Triton: the environment variable is the only place
+        pass
+    for root in filter(None, roots):
+        path = Path(root) / folder / f"{name}.ptx"
+        if path.is_file():
+            return path.read_text()
+    raise EvoError(f"capture: no PTX for {name} in {folder} of {', '.join(filter(None, roots))}")
+
+
+class Recorder:
+    """While active, every Inductor Triton launch is appended to ``launches`` (a context
+    manager: the patch is undone on exit, whatever happens)."""
+
+    def __init__(self):
+        self.launches: list[Launch] = []
+        self._original = None
+
+    def __enter__(self):
+        from torch._inductor.runtime import triton_heuristics
+
+        self._class = triton_heuristics.CachingAutotuner
+        self._original = original = self._class.run
+        recorder = self
+
+        def run(autotuner, *args, stream, **kwargs):
+            before = recorder._arguments(autotuner, args)  # values as the launch finds them
+            result = original(autotuner, *args, stream=stream, **kwargs)
+            recorder._record(autotuner, args, before)
+            return result
+
+        self._class.run = run
+        return self
+
+    def __exit__(self, *exc):
+        self._class.run = self._original
+        return False
+
+    @staticmethod
+    def _arguments(autotuner, args) -> list[Arg]:
+        fn = autotuner.fn
+        declared = set(getattr(fn, "constexprs", ()))
+        names = [n for i, n in enumerate(fn.arg_names) if i not in declared]
+        signature = autotuner.triton_meta.get("signature", {})
+        out = []
+        for name, value in zip(names, args):
+            type_ = signature.get(name, "")
+            if type_ == "constexpr":  # a size of 1 compiled in: passed, not a PTX parameter
+                continue
+            out.append(_arg(name, str(type_), value))
+        return out
+
+    def _record(self, autotuner, args, before: list[Arg]) -> None:
+        (launcher,) = autotuner.launchers
+        _, grid = autotuner._interpret_args_grid(args, launcher.config)
+        grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+        self.launches.append(Launch(
+            kernel=autotuner.fn.__name__, ptx=_ptx(autotuner, launcher), grid=grid,
+            num_warps=int(launcher.config.num_warps), shared=int(getattr(launcher, "shared", 0) or 0),
+            args=tuple(before), cache_hash=str(getattr(launcher, "cache_hash", ""))))
+
+
+def gpu_times(fn, inputs) -> tuple[dict[str, float], float]:
+    """(µs of GPU time per kernel name, µs of all kernels) over one call of ``fn``, from
+    ``torch.profiler`` (its CUDA events carry the Triton kernels' own names)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*inputs)
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for event in prof.key_averages():
+        us = float(getattr(event, "device_time_total", 0.0) or 0.0)
+        if us > 0 and str(getattr(event, "device_type", "")).endswith("CUDA"):
+            times[event.key] = times.get(event.key, 0.0) + us
+    return times, sum(times.values())
+
+
+def capture(fn, *inputs, out, warmup: int = 1, profile: bool = True) -> dict:
+    """Capture the Triton kernels of one call of ``fn(*inputs)`` (a step of a
+    ``torch.compile``d program) into the folder ``out``; returns the manifest (module
+    docstring). ``warmup`` calls first compile and autotune, unrecorded."""
+    import torch
+
+    for _ in range(warmup):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    with Recorder() as recorder:
+        fn(*inputs)
+        torch.cuda.synchronize()
+    if not recorder.launches:
+        raise EvoError("capture: the call launched no Inductor Triton kernel (is it "
+                       "torch.compile'd, on a CUDA device, and not all in cuBLAS?)")
+    times, total = gpu_times(fn, inputs) if profile else ({}, 0.0)
+    return write(recorder.launches, out, times, total, source={
+        "torch": torch.__version__, "device": torch.cuda.get_device_name()})
+
+
+# ---------------------------------------------------------------------- writing (no torch)
+
+
+def _param(arg: Arg):
+    from evo import api
+
+    if not arg.pointer:
+        dtype = DTYPES.get(arg.type)
+        if dtype is None or dtype in ("bf16", "f16", "u8", "i8"):
+            raise EvoError(f"scalar {arg.name} of type {arg.type}")
+        return api.scalar(arg.name, dtype, arg.value)
+    dtype = DTYPES.get(arg.type[1:])
+    if dtype is None:
+        raise EvoError(f"{arg.name} points to {arg.type[1:]}, which evo's buffers do not hold")
+    if not arg.role:
+        raise EvoError(f"{arg.name} is a workspace (not an input or output)")
+    # a view with holes leaves elements unwritten: judged whole, as inout
+    role = arg.role if arg.contiguous or arg.role == "in" else "inout"
+    if role == "out":
+        return api.buffer(arg.name, dtype, arg.count, role="out")
+    if arg.low is None:
+        return api.buffer(arg.name, dtype, arg.count, role=role)
+    if dtype[0] in "iu" or arg.type == "*i1":
+        return api.buffer(arg.name, dtype, arg.count, role=role, fill="int",
+                          low=int(arg.low), high=int(arg.high) + 1)
+    if arg.low == arg.high:
+        return api.buffer(arg.name, dtype, arg.count, role=role, fill="const", value=arg.low)
+    return api.buffer(arg.name, dtype, arg.count, role=role, fill="uniform", low=arg.low, high=arg.high)
+
+
+class _Compiled:
+    """What ``evo.api.from_triton`` reads of a compiled Triton kernel, from a Launch."""
+
+    def __init__(self, launch: Launch):
+        self.asm = {"ptx": launch.ptx}
+        self.name = launch.kernel
+        self.metadata = {"num_warps": launch.num_warps, "shared": launch.shared, "name": launch.kernel}
+
+
+def write(launches: list[Launch], out, times: dict[str, float] | None = None, total_us: float = 0.0,
+          source: dict | None = None) -> dict:
+    """The capture folder from recorded launches (module docstring); returns the manifest."""
+    from evo import api
+
+    out = Path(out)
+    times = times or {}
+    groups: dict[tuple, list[Launch]] = {}
+    for launch in launches:
+        groups.setdefault(launch.key(), []).append(launch)
+    per_name: dict[str, int] = {}
+    for launch in launches:
+        per_name[launch.kernel] = per_name.get(launch.kernel, 0) + 1
+    kernels, skipped, names = [], [], set()
+    for same in groups.values():
+        first = same[0]
+        name = first.kernel
+        while name in names:  # one name, other code (a forward and a backward graph)
+            name = f"{name}_{len(names)}"
+        try:
+            params = [_param(a) for a in first.args]
+            spec = api.from_triton(_Compiled(first), grid=first.grid, params=params, name=name,
+                                   folder=out / "kernels")
+        except EvoError as err:
+            skipped.append({"kernel": first.kernel, "launches": len(same), "reason": str(err)})
+            continue
+        names.add(name)
+        # the profiler names kernels, not launches: a name's time split by launches
+        us = times.get(first.kernel)
+        us = None if us is None else us * len(same) / per_name[first.kernel]
+        kernels.append({
+            "name": name, "spec": str(spec.spec_path.relative_to(out)), "launches": len(same),
+            "gpu_us": us, "share": (us / total_us if us is not None and total_us else None),
+            "grid": list(first.grid), "block": 32 * first.num_warps,
+            "source": {"kernel": first.kernel, "cache_hash": first.cache_hash},
+            "launch": dataclasses.asdict(first) | {"ptx": None}})
+    kernels.sort(key=lambda k: -(k["gpu_us"] or 0.0))
+    triton_us = sum(times.get(name, 0.0) for name in per_name)
+    manifest = {"format": FORMAT, "source": source or {}, "step_gpu_us": total_us or None,
+                "triton_gpu_us": triton_us or None, "kernels": kernels, "skipped": skipped}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def read(folder) -> dict:
+    """A capture folder's manifest, each kernel's spec loaded (``kernel_spec``)."""
+    from harness.spec import load_spec
+
+    folder = Path(folder)
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise EvoError(f"{folder} is not a capture folder: no {MANIFEST} (make one with evo.capture)")
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT:
+        raise EvoError(f"{path}: capture format {manifest.get('format')!r}, this evo reads {FORMAT}")
+    for kernel in manifest["kernels"]:
+        kernel["kernel_spec"] = load_spec(folder / kernel["spec"])
+    return manifest

@@ -1,0 +1,128 @@
+"""evo.model.capture on the CPU, on a committed capture (tests/data/capture/decoder: the
+example decoder's Inductor kernels, captured on an H200 with torch 2.11): the manifest and
+specs read back and assemble, the launches it records write the same specs again, and the
+rules that make specs from launches (roles, extents, dedup, time split, refusals)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evo.model import capture
+from evo.model.capture import Arg, Launch
+from genomes.errors import EvoError
+
+from conftest import needs_ptxas
+
+DECODER = Path(__file__).parent / "data" / "capture" / "decoder"
+
+
+@pytest.fixture(scope="module")
+def manifest():
+    return capture.read(DECODER)
+
+
+def _launches(manifest) -> list[Launch]:
+    """The launches the committed manifest records, with their PTX from the spec files."""
+    out = []
+    for k in manifest["kernels"]:
+        d = dict(k["launch"])
+        d["args"] = tuple(Arg(**a) for a in d["args"])
+        d["grid"] = tuple(d["grid"])
+        d["ptx"] = k["kernel_spec"].ptx_text()
+        out.append(Launch(**d))
+    return out
+
+
+def test_the_committed_capture_reads_back_with_bf16_and_index_buffers(manifest):
+    assert manifest["source"]["torch"].startswith("2.11") and manifest["step_gpu_us"] > 0
+    assert len(manifest["kernels"]) == 5 and manifest["skipped"] == []
+    dtypes = {p.dtype for k in manifest["kernels"] for p in k["kernel_spec"].buffers()}
+    assert {"bf16", "i64"} <= dtypes
+    embed = next(k for k in manifest["kernels"] if k["launch"]["args"][0]["type"] == "*i64")
+    ids = embed["kernel_spec"].param("in_ptr0")
+    assert (ids.fill, ids.low, ids.high) == ("int", 6, 8103)  # the ids seen: gathers stay in bounds
+    for k in manifest["kernels"]:
+        spec = k["kernel_spec"]
+        assert spec.block == (k["block"], 1, 1) and spec.grid == tuple(k["grid"])
+        assert [p.name for p in spec.buffers()][-2:] == ["global_scratch", "profile_scratch"]
+
+
+@needs_ptxas
+def test_every_captured_kernel_assembles_and_a_gene_applies(manifest):
+    from evo import api
+
+    for k in manifest["kernels"]:
+        m = api.measure(k["kernel_spec"], backend="static", store=":memory:")
+        assert m.valid and m.timer == "static", (k["name"], m.reason)
+    first = manifest["kernels"][0]["kernel_spec"]
+    assert api.measure(first, "cache_ld(policy=cs)", backend="static", store=":memory:").valid
+
+
+def test_the_recorded_launches_write_the_same_specs_again(manifest, tmp_path):
+    launches = _launches(manifest)
+    times = {k["source"]["kernel"]: k["gpu_us"] for k in manifest["kernels"]}
+    again = capture.write(launches, tmp_path, times, manifest["step_gpu_us"], manifest["source"])
+    back = capture.read(tmp_path)
+    assert [k["name"] for k in back["kernels"]] == [k["name"] for k in manifest["kernels"]]
+    for old, new in zip(manifest["kernels"], back["kernels"]):
+        assert new["kernel_spec"].params == old["kernel_spec"].params
+        assert new["kernel_spec"].ptx_text() == old["kernel_spec"].ptx_text()
+        assert new["share"] == pytest.approx(old["share"])
+    assert again["triton_gpu_us"] == pytest.approx(manifest["triton_gpu_us"])
+
+
+def test_identical_launches_are_one_kernel_and_share_their_names_time(manifest, tmp_path):
+    first = _launches(manifest)[0]
+    wider = Launch(**{**first.__dict__, "grid": (first.grid[0] * 2, 1, 1)})
+    m = capture.write([first, first, wider], tmp_path, {first.kernel: 9.0}, 30.0)
+    assert [(k["launches"], k["gpu_us"]) for k in m["kernels"]] == [(2, 6.0), (1, 3.0)]
+    assert m["kernels"][1]["name"] == first.kernel + "_1"  # same name, other launch
+    assert m["triton_gpu_us"] == 9.0 and m["kernels"][0]["share"] == pytest.approx(0.2)
+
+
+def test_a_kernel_that_cannot_be_a_spec_is_listed_with_the_reason(manifest, tmp_path):
+    first = _launches(manifest)[0]
+    workspace = Launch(**{**first.__dict__, "kernel": "k_ws", "args": first.args[:-3] + (
+        Arg("ws_ptr", "*u8", 64, ""),) + first.args[-2:]})
+    fp8 = Launch(**{**first.__dict__, "kernel": "k_fp8", "args": (
+        Arg("in_ptr0", "*fp8e4nv", 64, "in", low=0.0, high=1.0),) + first.args[1:]})
+    m = capture.write([first, workspace, fp8], tmp_path)
+    assert [k["name"] for k in m["kernels"]] == [first.kernel]
+    reasons = {s["kernel"]: s["reason"] for s in m["skipped"]}
+    assert "ws_ptr is a workspace" in reasons["k_ws"]
+    assert "fp8e4nv, which evo's buffers do not hold" in reasons["k_fp8"]
+    assert json.loads((tmp_path / capture.MANIFEST).read_text())["skipped"] == m["skipped"]
+
+
+@pytest.mark.parametrize("name, role", [("in_ptr0", "in"), ("out_ptr3", "out"),
+                                        ("in_out_ptr0", "inout"), ("ws_ptr", None), ("sem_ptr", None)])
+def test_roles_come_from_inductors_argument_names(name, role):
+    assert capture.role_of(name) == role
+
+
+def test_extent_counts_what_a_strided_view_reaches():
+    assert capture.extent((4, 8), (8, 1)) == 32
+    assert capture.extent((4, 8), (16, 1)) == 56  # rows of a wider buffer: holes between them
+    assert capture.extent((3, 0), (1, 1)) == 0 and capture.extent((), ()) == 1
+
+
+def test_a_strided_output_is_judged_whole_as_inout(manifest, tmp_path):
+    first = _launches(manifest)[0]
+    args = tuple(Arg(**{**a.__dict__, "contiguous": False}) if a.role == "out" else a
+                 for a in first.args)
+    m = capture.write([Launch(**{**first.__dict__, "args": args})], tmp_path)
+    spec = capture.read(tmp_path)["kernels"][0]["kernel_spec"]
+    assert spec.param("out_ptr1").role == "inout", m
+
+
+def test_a_folder_without_a_manifest_is_one_clear_error(tmp_path):
+    with pytest.raises(EvoError, match="not a capture folder: no manifest.json"):
+        capture.read(tmp_path)
+    shutil.copytree(DECODER, tmp_path / "c")
+    (tmp_path / "c" / capture.MANIFEST).write_text(json.dumps({"format": 99, "kernels": []}))
+    with pytest.raises(EvoError, match="capture format 99"):
+        capture.read(tmp_path / "c")
