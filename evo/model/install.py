@@ -1,0 +1,212 @@
+"""Put evolved kernels back into a running ``torch.compile``d program, and take them out.
+
+``plan(capture_dir, run_dir)`` decides per captured kernel what to install: the run's best
+PTX for it (``best/<name>.ptx``), assembled by evo's ptxas for the device, or nothing, with
+the reason (not evolved, the baseline stayed best, its genome changes the launch that
+Inductor computes itself).
+
+``Installed`` (a context manager; ``enable``/``disable`` switch it) wraps Inductor's
+``CachingAutotuner.run`` until it has found every chosen kernel: the first time a captured
+kernel's launcher runs (same kernel name, the same PTX as captured, the captured sizes),
+the evolved code is loaded with Triton's own loader (``load_binary``: the driver's module,
+the dynamic shared memory it needs) and swapped in for the launcher's CUfunction, in the
+static launcher or in Triton's. Then the wrapper is gone: launches are Inductor's own,
+with its grid, arguments and stream, at no cost per launch (the first version kept the wrapper,
+checking sizes on every launch, and a host-bound decoder step read 0.906x with evolved
+kernels whose outputs were bitwise the same; unwrapped, 1.004x: H200, BENCHMARKS.md
+session 13). So a kernel is
+installed for the sizes it was captured with; a program compiled with ``dynamic=True``
+could launch the same code at other sizes, where the variant was never checked. CUDA
+graphs recorded before a swap keep the code they recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+from genomes.errors import EvoError
+
+
+@dataclasses.dataclass
+class Choice:
+    """What ``plan`` decided for one captured kernel: ``cubin`` to install (None: not
+    installed, ``reason`` says why), the captured PTX's hash and scalar values to match."""
+
+    name: str
+    kernel: str  # Inductor's kernel name
+    ptx_sha: str
+    scalars: dict
+    cubin: bytes | None = None
+    genome: str = ""
+    reason: str = ""
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
+    """One Choice per kernel of the capture (module docstring)."""
+    from evo.model.capture import read
+    from harness.compile import compile_ptx
+
+    manifest, run = read(capture_dir), Path(run_dir)
+    choices = []
+    for k in manifest["kernels"]:
+        spec = k["kernel_spec"]
+        captured = spec.ptx_text()
+        scalars = {a["name"]: a["value"] for a in k["launch"]["args"] if not a["type"].startswith("*")}
+        choice = Choice(k["name"], k["source"]["kernel"], _sha(captured), scalars)
+        choices.append(choice)
+        best = run / "best" / f"{spec.name}.ptx"
+        if not best.is_file():
+            choice.reason = "not evolved in this run"
+            continue
+        genome_file = best.with_suffix(".genome.json")
+        choice.genome = genome_file.read_text().strip() if genome_file.is_file() else ""
+        text = best.read_text()
+        if _sha(text) == choice.ptx_sha:
+            choice.reason = "the baseline stayed best"
+            continue
+        launch = best.with_suffix(".launch.json")
+        if launch.is_file():
+            shape = json.loads(launch.read_text())
+            if (tuple(shape.get("grid", spec.grid)) != spec.grid
+                    or tuple(shape.get("block", spec.block)) != spec.block):
+                choice.reason = ("its genome changes the launch (grid/block), which Inductor "
+                                 "computes itself")
+                continue
+        compiled = compile_ptx(text, arch=arch) if arch else compile_ptx(text)
+        if not compiled.ok:
+            choice.reason = f"ptxas refused the best PTX: {compiled.error}"
+            continue
+        choice.cubin = compiled.cubin
+    return choices
+
+
+class Installed:
+    """Evolved kernels in the running program while enabled (module docstring)."""
+
+    def __init__(self, choices: list[Choice]):
+        self.choices = {(c.kernel, c.ptx_sha): c for c in choices if c.cubin is not None}
+        self.enabled = True
+        self.swapped: dict[str, bool] = {}  # Inductor kernel name -> runs evolved code now
+        self._seen: set[int] = set()  # id() of every launcher looked at
+        self._entries: list[tuple] = []  # (holder, key, old function, new function, name)
+        self._modules = []  # keeps the loaded modules alive
+        self._class = None
+
+    def __enter__(self):
+        from torch._inductor.runtime import triton_heuristics
+
+        self._class = triton_heuristics.CachingAutotuner
+        self._original = original = self._class.run
+        installed = self
+
+        def run(autotuner, *args, stream, **kwargs):
+            result = original(autotuner, *args, stream=stream, **kwargs)  # compiles, tunes
+            installed._look(autotuner, args)  # swapped from the next launch on
+            return result
+
+        self._class.run = run
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_looking()
+        self.disable()
+        return False
+
+    def stop_looking(self) -> None:
+        """Unwrap Inductor's launch: no cost per launch from here on (kernels not found
+        by now stay as they are). Done by itself once every chosen kernel is found."""
+        if self._class is not None:
+            self._class.run = self._original
+            self._class = None
+
+    def enable(self) -> None:
+        """Every found kernel runs its evolved code."""
+        self.enabled = True
+        for holder, key, _, new, name in self._entries:
+            _set(holder, key, new)
+            self.swapped[name] = True
+
+    def disable(self) -> None:
+        """Every found kernel runs its own code again."""
+        self.enabled = False
+        for holder, key, old, _, name in self._entries:
+            _set(holder, key, old)
+            self.swapped[name] = False
+
+    # -------------------------------------------------------------- finding launchers
+
+    def _look(self, autotuner, args) -> None:
+        if len(autotuner.launchers) != 1:
+            return
+        (launcher,) = autotuner.launchers
+        if id(launcher) in self._seen:
+            return
+        self._seen.add(id(launcher))
+        entry = self._prepare(autotuner, launcher, args)
+        if entry is not None:
+            self._entries.append(entry)
+            holder, key, old, new, name = entry
+            _set(holder, key, new if self.enabled else old)
+            self.swapped[name] = self.enabled
+        if len(self._entries) == len(self.choices):
+            self.stop_looking()
+
+    @staticmethod
+    def _same_shape(autotuner, args, scalars: dict) -> bool:
+        fn = autotuner.fn
+        declared = set(getattr(fn, "constexprs", ()))
+        names = [n for i, n in enumerate(fn.arg_names) if i not in declared]
+        values = dict(zip(names, args))
+        return all(values.get(name) == value for name, value in scalars.items())
+
+    def _prepare(self, autotuner, launcher, args):
+        """(holder, key, old function, new function, name) for a captured launcher launched
+        with the captured sizes, or None for any other."""
+        from evo.model.capture import _ptx
+
+        name = autotuner.fn.__name__
+        if not any(k[0] == name for k in self.choices):
+            return None
+        try:
+            sha = _sha(_ptx(autotuner, launcher))
+        except EvoError:
+            return None
+        choice = self.choices.get((name, sha))
+        if choice is None or not self._same_shape(autotuner, args, choice.scalars):
+            return None
+        scope = getattr(launcher, "__globals__", {})
+        runner = scope.get("runner")
+        static = getattr(runner, "__self__", None)
+        if static is not None and hasattr(static, "function"):
+            holder, key = static, "function"  # torch's static launcher
+        elif "function" in scope:
+            holder, key = scope, "function"  # Triton's launcher
+        else:
+            raise EvoError(f"install: {name}'s launcher has no CUfunction to swap "
+                           "(a torch whose Inductor launches otherwise)")
+        import triton
+
+        shared = int(getattr(launcher, "shared", 0) or 0)
+        device = autotuner.triton_meta.get("device", 0)
+        device = getattr(device, "index", device) or 0
+        module, function, *_ = triton.runtime.driver.active.utils.load_binary(
+            name, choice.cubin, shared, device)
+        self._modules.append(module)
+        old = holder[key] if isinstance(holder, dict) else getattr(holder, key)
+        return holder, key, old, function, name
+
+
+def _set(holder, key: str, value) -> None:
+    """A launcher's CUfunction: an entry of Triton's launcher scope, or an attribute of
+    torch's static launcher."""
+    if isinstance(holder, dict):
+        holder[key] = value
+    else:
+        setattr(holder, key, value)

@@ -1,0 +1,63 @@
+"""The model round trip on the example decoder (GPU): capture, evolve, install, verify.
+
+    python3 -m evo.model.roundtrip --layers 4 --dim 1024 --batch 8 --tokens 512 \\
+        --generations 9 --pop 5 --out runs/decoder
+
+Builds ``evo.model.examples.decoder_inference`` (or ``--train``: the training step),
+captures its Triton kernels (``OUT/capture``), evolves them with ``evo.evolve`` (one run
+folder, ``OUT/run``, kernels in order of their share of the step; ``--top N`` keeps the
+N largest), installs the best of each into the running program and verifies outputs and
+step time A/B (``evo.model.verify``). Prints the report and writes ``OUT/report.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--dim", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--train", action="store_true", help="the training step, not inference")
+    parser.add_argument("--generations", type=int, default=9)
+    parser.add_argument("--pop", type=int, default=5)
+    parser.add_argument("--top", type=int, default=0, help="evolve only the N largest kernels")
+    parser.add_argument("--repeats", type=int, default=30, help="A/B rounds of the step")
+    parser.add_argument("--out", default="runs/model")
+    args = parser.parse_args(argv)
+
+    import evo
+    from evo.model import examples
+    from evo.model.capture import read
+    from evo.model.install import Installed, plan
+    from evo.model.verify import report, verify
+
+    out = Path(args.out)
+    build = examples.decoder_training if args.train else examples.decoder_inference
+    step, inputs = build(layers=args.layers, dim=args.dim, batch=args.batch, tokens=args.tokens)
+    evo.capture(step, *inputs, out=out / "capture")
+    manifest = read(out / "capture")
+    kernels = manifest["kernels"][:args.top] if args.top else manifest["kernels"]
+    results = evo.evolve([k["kernel_spec"] for k in kernels], generations=args.generations,
+                         pop=args.pop, backend="gpu", out=str(out / "run"),
+                         store=str(out / "store.sqlite"))
+    choices = plan(out / "capture", out / "run")
+    with Installed(choices) as installed:
+        verdict = verify(step, inputs, installed, repeats=args.repeats)
+    text = report(verdict, manifest, choices, results)
+    print(text)
+    (out / "report.json").write_text(json.dumps({
+        "verdict": verdict, "model": vars(args),
+        "kernels": [{"name": c.name, "installed": c.cubin is not None, "reason": c.reason,
+                     "genome": c.genome} for c in choices],
+        "results": [str(r) for r in results]}, indent=1) + "\n")
+    return 0 if verdict["outputs_agree"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

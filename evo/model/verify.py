@@ -1,0 +1,93 @@
+"""Verify a program with evolved kernels against itself without them: outputs, then step
+time, interleaved A/B (``verify``); and the report that says what was gained (``report``).
+
+The step is timed with CUDA events around one call (its GPU time, and host gaps where the
+program waits on the host: what a user's step takes), A and B alternating with the order
+flipped every round so that drift in clocks or temperature falls on both; medians. The
+outputs of one call with and one without are compared under a tolerance for the whole
+program (rounding differences of bf16 kernels grow through layers: 5e-2 by default); the
+largest differences are reported either way.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+
+def _tensors(out) -> list:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out.detach().clone()]
+    if isinstance(out, (list, tuple)):
+        return [t for item in out for t in _tensors(item)]
+    if isinstance(out, dict):
+        return [t for item in out.values() for t in _tensors(item)]
+    return []
+
+
+def verify(step, inputs, installed, repeats: int = 30, rtol: float = 5e-2, atol: float = 5e-2) -> dict:
+    """Run ``step(*inputs)`` with ``installed`` (``evo.model.install.Installed``, entered)
+    disabled and enabled; returns outputs' agreement and both step times (ms, medians)."""
+    import torch
+
+    results = {}
+    for enabled in (False, True):  # the first call finds the kernels; both warm up
+        installed.enable() if enabled else installed.disable()
+        results[enabled] = _tensors(step(*inputs))
+        torch.cuda.synchronize()
+    installed.stop_looking()  # from here on, launches cost what they cost without evo
+    worst_abs = worst_rel = 0.0
+    agree = len(results[False]) == len(results[True]) and len(results[False]) > 0
+    for a, b in zip(results[False], results[True]):
+        a, b = a.float(), b.float()
+        err = (a - b).abs()
+        worst_abs = max(worst_abs, float(err.max()) if err.numel() else 0.0)
+        rel = err / a.abs().clamp_min(1e-30)
+        worst_rel = max(worst_rel, float(rel[a.abs() > atol].max()) if (a.abs() > atol).any() else 0.0)
+        agree = agree and bool(torch.allclose(b, a, rtol=rtol, atol=atol))
+    times = {False: [], True: []}
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for i in range(repeats):
+        for enabled in ((False, True) if i % 2 == 0 else (True, False)):
+            installed.enable() if enabled else installed.disable()
+            start.record()
+            step(*inputs)
+            stop.record()
+            stop.synchronize()
+            times[enabled].append(start.elapsed_time(stop))
+    installed.enable()
+    base, evolved = statistics.median(times[False]), statistics.median(times[True])
+    return {"outputs_agree": agree, "rtol": rtol, "atol": atol, "max_abs_err": worst_abs,
+            "max_rel_err": worst_rel, "baseline_ms": base, "evolved_ms": evolved,
+            "speedup": base / evolved, "repeats": repeats,
+            "spread": {"baseline": [min(times[False]), max(times[False])],
+                       "evolved": [min(times[True]), max(times[True])]},
+            "kernels_installed": sorted(name for name, on in installed.swapped.items() if on)}
+
+
+def report(verdict: dict, manifest: dict, choices, results=None) -> str:
+    """The lines a user reads: the step before and after, the share of the step in Triton
+    kernels and the limit it sets, and per kernel its share, speedup and what was installed."""
+    by_name = {r.kernel: r for r in (results or [])}
+    step_us, triton_us = manifest.get("step_gpu_us") or 0.0, manifest.get("triton_gpu_us") or 0.0
+    lines = [f"step: torch.compile {verdict['baseline_ms']:.3f} ms -> with evo's kernels "
+             f"{verdict['evolved_ms']:.3f} ms ({verdict['speedup']:.3f}x end to end, median of "
+             f"{verdict['repeats']} A/B rounds)",
+             f"outputs {'agree' if verdict['outputs_agree'] else 'DIFFER'} (rtol {verdict['rtol']:g}, "
+             f"atol {verdict['atol']:g}; max abs error {verdict['max_abs_err']:.3g}, "
+             f"max rel error {verdict['max_rel_err']:.3g})"]
+    if step_us and triton_us:
+        share = triton_us / step_us
+        lines.append(f"Triton kernels: {100 * share:.1f} % of the step's GPU time "
+                     f"({triton_us:.1f} of {step_us:.1f} us, profiled); were they free, the "
+                     f"step could be at most {1 / (1 - share):.2f}x faster")
+    lines.append("kernel | share | speedup (evo's cycles) | installed")
+    for c in choices:
+        k = next((k for k in manifest["kernels"] if k["name"] == c.name), {})
+        r = by_name.get(c.name)
+        gain = f"{r.speedup:.2f}x" if r is not None and r.speedup else "-"
+        share = f"{100 * k['share']:.1f} %" if k.get("share") else "-"
+        done = "yes" if c.cubin is not None else f"no: {c.reason}"
+        lines.append(f"{c.name} | {share} | {gain} | {done}")
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""evo.model.install.plan and evo.model.verify.report on the CPU, on the committed capture
+(tests/data/capture/decoder) and run folders written here with real genes and real ptxas."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evo.model import capture
+from evo.model.install import plan
+from evo.model.verify import report
+from genomes.genome import apply_genome, parse_inline
+
+from conftest import needs_ptxas
+
+DECODER = Path(__file__).parent / "data" / "capture" / "decoder"
+
+
+def _best(run: Path, spec, genome: str, grid=None) -> None:
+    applied = apply_genome(spec.ptx_text(), parse_inline(genome), spec.launch)
+    launch = applied.launch.to_json() | ({"grid": grid} if grid else {})
+    (run / "best").mkdir(parents=True, exist_ok=True)
+    (run / "best" / f"{spec.name}.ptx").write_text(applied.ptx)
+    (run / "best" / f"{spec.name}.genome.json").write_text(json.dumps(parse_inline(genome).to_json()))
+    (run / "best" / f"{spec.name}.launch.json").write_text(json.dumps(launch))
+
+
+@needs_ptxas
+def test_the_plan_installs_what_changed_the_code_and_says_why_not_for_the_rest(tmp_path):
+    kernels = capture.read(DECODER)["kernels"]
+    specs = [k["kernel_spec"] for k in kernels]
+    _best(tmp_path, specs[0], "maxnreg(n=32)")
+    _best(tmp_path, specs[1], "")  # the baseline stayed best
+    _best(tmp_path, specs[2], "maxnreg(n=32)", grid=[64, 1, 1])  # as coarsen would
+    choices = {c.name: c for c in plan(DECODER, tmp_path)}
+    first = choices[specs[0].name]
+    assert first.cubin and first.cubin[:4] == b"\x7fELF" and "maxnreg" in first.genome
+    assert first.scalars == {a["name"]: a["value"] for a in kernels[0]["launch"]["args"]
+                             if not a["type"].startswith("*")}
+    assert choices[specs[1].name].reason == "the baseline stayed best"
+    assert "changes the launch" in choices[specs[2].name].reason
+    assert all(choices[s.name].reason == "not evolved in this run" for s in specs[3:])
+
+
+def test_the_report_says_the_step_the_limit_and_each_kernel():
+    from evo.model.install import Choice
+
+    manifest = capture.read(DECODER)
+    choices = [Choice(k["name"], k["source"]["kernel"], "", {}, b"x" if i == 0 else None,
+                      reason="" if i == 0 else "not evolved in this run")
+               for i, k in enumerate(manifest["kernels"])]
+    verdict = {"baseline_ms": 2.0, "evolved_ms": 1.9, "speedup": 2.0 / 1.9, "repeats": 30,
+               "outputs_agree": True, "rtol": 0.05, "atol": 0.05, "max_abs_err": 0.01,
+               "max_rel_err": 0.02}
+    text = report(verdict, manifest, choices)
+    assert text.splitlines()[0].startswith("step: torch.compile 2.000 ms -> with evo's kernels 1.900 ms (1.053x")
+    share = manifest["triton_gpu_us"] / manifest["step_gpu_us"]
+    assert f"{100 * share:.1f} % of the step's GPU time" in text
+    assert f"at most {1 / (1 - share):.2f}x faster" in text
+    assert text.count("| yes") == 1 and text.count("no: not evolved in this run") == 4
