@@ -207,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", action="append", metavar="KERNEL",
                    help="evolve this kernel instead of the suite (repeatable; globs allowed)"
                    + _config_default("suite"))
+    p.add_argument("--model", type=Path, metavar="DIR",
+                   help="evolve the kernels of a capture folder (evo.capture: a torch.compile'd "
+                        "program's Triton kernels), the largest share of its step first; the "
+                        "same as --kernel DIR")
     p.add_argument("--strategy", choices=STRATEGIES,
                    help="evolve, greedy, sweep (each gene alone), oracle (every combination "
                         "of one gene per group: ~57k genomes a kernel)"

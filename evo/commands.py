@@ -197,7 +197,8 @@ def cmd_run(args) -> int:
 
     flags = {"generations": args.generations, "pop": args.pop, "max_evals": args.max_evals,
              "seed": args.seed, "backend": args.backend, "gpus": args.gpus,
-             "store": args.store, "strategy": args.strategy, "suite": args.kernel,
+             "store": args.store, "strategy": args.strategy,
+             "suite": (args.kernel or []) + ([str(args.model)] if args.model else []) or None,
              "priors": args.priors, "caches": args.caches, "jobs": args.jobs}
     verbosity = 0 if args.quiet else (2 if args.verbose else 1)
     if args.resume:

@@ -36,13 +36,19 @@ from evo.search import check_resumable, new_checkpoint, search_kernel
 
 
 def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
-    """Kernels named by suite names, glob patterns over the suite, spec/PTX paths, or glob
-    patterns over paths (``mydir/*.toml``: those with a ``/`` or a .toml/.ptx suffix)."""
+    """Kernels named by suite names, glob patterns over the suite, spec/PTX paths, glob
+    patterns over paths (``mydir/*.toml``: those with a ``/`` or a .toml/.ptx suffix), or
+    capture folders (``evo.capture``'s: their kernels, the largest share of the step first)."""
+    from evo.model import capture
+
     suite = list_kernels()
     chosen: list[KernelSpec] = []
     for pattern in patterns:
         is_glob = any(ch in pattern for ch in "*?[")
-        if is_glob and ("/" in pattern or pattern.endswith((".toml", ".ptx"))):
+        folder = Path(os.path.expanduser(pattern))
+        if (folder / capture.MANIFEST).is_file():  # a capture: its kernels, largest share first
+            matches = [k["kernel_spec"] for k in capture.read(folder)["kernels"]]
+        elif is_glob and ("/" in pattern or pattern.endswith((".toml", ".ptx"))):
             files = sorted(f for f in glob.glob(os.path.expanduser(pattern))
                            if f.endswith((".toml", ".ptx")) and os.path.isfile(f))
             if not files:

@@ -318,9 +318,15 @@ def time_events(runner, request) -> tuple[list[float], dict]:
         for _ in range(min(EVENTS_CHUNK, request.max_reps - len(samples))):
             samples.append(elapsed_us(runner, replay, k))
     mhz_after = sm_mhz(runner)
-    inout = frozenset(p.name for p in spec.buffers() if p.role == "inout")  # many launches' sum
+    # With an inout buffer each launch starts from the last one's result (a residual added in
+    # place), so neither it nor the outputs computed from it hold one launch's answer: all
+    # judged by their canaries here, and on one launch from restored inouts by the reuse
+    # probe after timing (harness.reuse_probe). A captured decoder's fused residual + RMSNorm
+    # failed as its own baseline when only the inout was spared (H200, session 13).
+    inouts = any(p.role == "inout" for p in spec.buffers())
+    spared = frozenset(p.name for p in spec.outputs()) if inouts else frozenset()
     runner.check_sets(request, runner.buffer_sets(spec, copies), seeds, "after timing",
-                      canary_only=inout)
+                      canary_only=spared)
     mhz = (mhz_before + mhz_after) / 2
     moved = spec.bytes_read + spec.bytes_written  # the least the kernel must move
     notes.update(sm_mhz_before=round(mhz_before, 1), sm_mhz_after=round(mhz_after, 1),

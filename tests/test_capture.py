@@ -126,3 +126,16 @@ def test_a_folder_without_a_manifest_is_one_clear_error(tmp_path):
     (tmp_path / "c" / capture.MANIFEST).write_text(json.dumps({"format": 99, "kernels": []}))
     with pytest.raises(EvoError, match="capture format 99"):
         capture.read(tmp_path / "c")
+
+
+@needs_ptxas
+def test_evo_run_model_evolves_a_captures_kernels_largest_share_first(tmp_path, capsys):
+    from evo.cli import main
+    from evo.run import resolve_suite
+
+    order = [s.name for s in resolve_suite([str(DECODER)])]
+    assert order == [k["name"] for k in capture.read(DECODER)["kernels"]]
+    code = main(["run", "--model", str(DECODER), "--backend", "static", "--generations", "1",
+                 "--pop", "2", "--out", str(tmp_path / "run"), "--store", str(tmp_path / "s.sqlite"), "-q"])
+    assert code == 0, capsys.readouterr()
+    assert sorted(p.stem for p in (tmp_path / "run" / "best").glob("*.ptx")) == sorted(order)

@@ -201,3 +201,46 @@ def test_the_caches_note_says_how_the_l2_was_treated():
     assert "rotate among 26 copies" in gpu_timing.caches_note(cold, 8 << 20, 26, 50 << 20)
     assert "partly warm" in gpu_timing.caches_note(cold, 4096, 64, 50 << 20)
     assert "exceed 4x the 50 MiB L2" in gpu_timing.caches_note(cold, 512 << 20, 1, 50 << 20)
+
+
+class EventsRunner(FakeRunner):
+    """FakeRunner for time_events, whose CUDA parts are patched out below."""
+
+    l2_bytes = 50 << 20
+
+    def rotated_args(self, spec, copies, images):
+        for bufs in self.buffer_sets(spec, copies):
+            self.upload(spec, bufs, images[0])
+        return [self.args(spec, bufs) for bufs in self.buffer_sets(spec, copies)]
+
+    def check_sets(self, request, sets, seeds, when, canary_only=frozenset()):
+        self.checked.append((when, canary_only))
+
+    def launch(self, fn, spec, args, stream=None, shape=None):
+        self.launches += 1
+
+
+@pytest.mark.parametrize("with_inout", [False, True])
+def test_events_timing_spares_outputs_computed_from_an_inout_after_timing(monkeypatch, with_inout):
+    """After an events graph an inout holds many launches' result, and so does every
+    output computed from it (a fused residual add + norm): judged by canary only, then;
+    without an inout, every output is judged."""
+    import dataclasses
+
+    from harness.spec import BufferParam, ScalarParam
+
+    monkeypatch.setattr(gpu_timing, "elapsed_us", lambda runner, run, count=1: (run(), 5.0)[1])
+    monkeypatch.setattr(gpu_timing, "replayable", lambda runner, run: (run, ""))
+    monkeypatch.setattr(gpu_timing, "sm_mhz", lambda runner: 1980.0)
+    monkeypatch.setattr(gpu_timing, "copy_gbps", lambda runner, moved, caches="warm": 1000.0)
+    roles = ("inout", "out") if with_inout else ("in", "out")
+    spec = dataclasses.replace(
+        find_kernel("relu"), params=(BufferParam("a", "f32", 1024, roles[0]),
+                                     BufferParam("b", "f32", 1024, roles[1]),
+                                     ScalarParam("n", "i32", 1024)))
+    runner = EventsRunner()
+    req = MeasureRequest(spec=spec, cubin=b"", baseline_cubin=b"", warmup=1, min_reps=10, max_reps=10)
+    samples, notes = gpu_timing.time_events(runner, req)
+    assert len(samples) == 10 and notes["us_per_launch"] == 5.0
+    spared = frozenset({"a", "b"}) if with_inout else frozenset()
+    assert runner.checked == [("after timing", spared)]

@@ -42,6 +42,12 @@ def test_the_plan_installs_what_changed_the_code_and_says_why_not_for_the_rest(t
     assert choices[specs[1].name].reason == "the baseline stayed best"
     assert "changes the launch" in choices[specs[2].name].reason
     assert all(choices[s.name].reason == "not evolved in this run" for s in specs[3:])
+    checkpoint = {"kernels": {specs[0].name: {"known": {'{"genes": []}': {
+        "valid": False, "reason": "wrong result: 9 of 9 elements differ"}}}}}
+    (tmp_path / "checkpoint.json").write_text(json.dumps(checkpoint))
+    failed = {c.name: c for c in plan(DECODER, tmp_path)}[specs[0].name]
+    assert failed.cubin is None
+    assert failed.reason == "its baseline failed the gate in this run: wrong result: 9 of 9 elements differ"
 
 
 def test_the_report_says_the_step_the_limit_and_each_kernel():

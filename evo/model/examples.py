@@ -136,3 +136,25 @@ def decoder_training(layers: int = 2, dim: int = 256, batch: int = 8, tokens: in
         return loss.detach()
 
     return step, (ids, targets)
+
+
+def torchvision_inference(name: str = "resnet18", batch: int = 32, seed: int = 0):
+    """(compiled inference step: images -> logits, (images,)) of the torchvision network
+    ``name`` built without weights (random initialisation from ``seed``), bf16,
+    channels-last: a model whose code evo's authors did not write."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(seed)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    model = model.to(device="cuda", dtype=torch.bfloat16, memory_format=torch.channels_last)
+    images = torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.bfloat16,
+                         generator=torch.Generator(device="cuda").manual_seed(seed))
+    images = images.contiguous(memory_format=torch.channels_last)
+    compiled = torch.compile(model)
+
+    def step(images):
+        with torch.no_grad():
+            return compiled(images)
+
+    return step, (images,)

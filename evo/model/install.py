@@ -53,7 +53,14 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
     from evo.model.capture import read
     from harness.compile import compile_ptx
 
+    from genomes.genome import Genome
+
     manifest, run = read(capture_dir), Path(run_dir)
+    try:
+        known = json.loads((run / "checkpoint.json").read_text())["kernels"]
+    except (OSError, ValueError, KeyError):
+        known = {}
+    baseline_key = Genome().dumps()
     choices = []
     for k in manifest["kernels"]:
         spec = k["kernel_spec"]
@@ -68,6 +75,10 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
         genome_file = best.with_suffix(".genome.json")
         choice.genome = genome_file.read_text().strip() if genome_file.is_file() else ""
         text = best.read_text()
+        baseline = known.get(spec.name, {}).get("known", {}).get(baseline_key) or {}
+        if baseline.get("valid") is False:
+            choice.reason = f"its baseline failed the gate in this run: {baseline.get('reason')}"
+            continue
         if _sha(text) == choice.ptx_sha:
             choice.reason = "the baseline stayed best"
             continue

@@ -3,7 +3,8 @@
     python3 -m evo.model.roundtrip --layers 4 --dim 1024 --batch 8 --tokens 512 \\
         --generations 9 --pop 5 --out runs/decoder
 
-Builds ``evo.model.examples.decoder_inference`` (or ``--train``: the training step),
+Builds ``evo.model.examples.decoder_inference`` (or ``--train``: the training step;
+``--torchvision resnet18``: a network evo's authors did not write),
 captures its Triton kernels (``OUT/capture``), evolves them with ``evo.evolve`` (one run
 folder, ``OUT/run``, kernels in order of their share of the step; ``--top N`` keeps the
 N largest), installs the best of each into the running program and verifies outputs and
@@ -24,6 +25,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--train", action="store_true", help="the training step, not inference")
+    parser.add_argument("--torchvision", metavar="NAME",
+                        help="a torchvision network instead (resnet18, ...), no weights, bf16, "
+                             "channels-last, inference on --batch 224x224 images")
     parser.add_argument("--generations", type=int, default=9)
     parser.add_argument("--pop", type=int, default=5)
     parser.add_argument("--top", type=int, default=0, help="evolve only the N largest kernels")
@@ -38,8 +42,11 @@ def main(argv=None) -> int:
     from evo.model.verify import report, verify
 
     out = Path(args.out)
-    build = examples.decoder_training if args.train else examples.decoder_inference
-    step, inputs = build(layers=args.layers, dim=args.dim, batch=args.batch, tokens=args.tokens)
+    if args.torchvision:
+        step, inputs = examples.torchvision_inference(args.torchvision, batch=args.batch)
+    else:
+        build = examples.decoder_training if args.train else examples.decoder_inference
+        step, inputs = build(layers=args.layers, dim=args.dim, batch=args.batch, tokens=args.tokens)
     evo.capture(step, *inputs, out=out / "capture")
     manifest = read(out / "capture")
     kernels = manifest["kernels"][:args.top] if args.top else manifest["kernels"]
