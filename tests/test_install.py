@@ -60,9 +60,20 @@ def test_the_report_says_the_step_the_limit_and_each_kernel():
     verdict = {"baseline_ms": 2.0, "evolved_ms": 1.9, "speedup": 2.0 / 1.9, "repeats": 30,
                "outputs_agree": True, "rtol": 0.05, "atol": 0.05, "max_abs_err": 0.01,
                "max_rel_err": 0.02}
-    text = report(verdict, manifest, choices)
+    import types
+
+    first = manifest["kernels"][0]
+    run = types.SimpleNamespace(kernel=first["name"], speedup=1.25, result=types.SimpleNamespace(
+        baseline={"bytes_moved": 4e6, "copy_gbps": 4000.0, "us_per_launch": 2.0},  # 50 %
+        best={"notes": {"bytes_moved": 4e6, "copy_gbps": 4000.0, "us_per_launch": 1.6}}))
+    text = report(verdict, manifest, choices, [run])
     assert text.splitlines()[0].startswith("step: torch.compile 2.000 ms -> with evo's kernels 1.900 ms (1.053x")
     share = manifest["triton_gpu_us"] / manifest["step_gpu_us"]
     assert f"{100 * share:.1f} % of the step's GPU time" in text
     assert f"at most {1 / (1 - share):.2f}x faster" in text
     assert text.count("| yes") == 1 and text.count("no: not evolved in this run") == 4
+    assert f"{first['name']} | {100 * first['share']:.1f} % | 1.25x | 50 % -> 62 % | yes" in text
+    saved = first["gpu_us"] * 0.5  # half its time is above the roofline
+    step = manifest["step_gpu_us"]
+    assert (f"would save at most {saved:.1f} us of the step's GPU time "
+            f"({step / (step - saved):.3f}x)") in text

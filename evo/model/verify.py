@@ -66,9 +66,23 @@ def verify(step, inputs, installed, repeats: int = 30, rtol: float = 5e-2, atol:
             "kernels_installed": sorted(name for name, on in installed.swapped.items() if on)}
 
 
+def roofline(measured: dict | None) -> float | None:
+    """Share of the copy roofline a measurement reached: the least bytes the kernel must
+    move over the time a copy of as many bytes takes, against its own time (events notes:
+    ``bytes_moved``, ``copy_gbps``, ``us_per_launch``); None where one is missing."""
+    if not measured:
+        measured = {}
+    notes = {**measured.get("notes", {}), **measured}
+    moved, gbps, us = notes.get("bytes_moved"), notes.get("copy_gbps"), notes.get("us_per_launch")
+    if not (moved and gbps and us):
+        return None
+    return moved / (gbps * 1e3) / us  # bytes / (GB/s x 1e3) = µs at the copy's rate
+
+
 def report(verdict: dict, manifest: dict, choices, results=None) -> str:
     """The lines a user reads: the step before and after, the share of the step in Triton
-    kernels and the limit it sets, and per kernel its share, speedup and what was installed."""
+    kernels and the limits it sets (all free; all at the copy roofline), and per kernel its
+    share, speedup, share of the roofline and what was installed."""
     by_name = {r.kernel: r for r in (results or [])}
     step_us, triton_us = manifest.get("step_gpu_us") or 0.0, manifest.get("triton_gpu_us") or 0.0
     lines = [f"step: torch.compile {verdict['baseline_ms']:.3f} ms -> with evo's kernels "
@@ -82,12 +96,22 @@ def report(verdict: dict, manifest: dict, choices, results=None) -> str:
         lines.append(f"Triton kernels: {100 * share:.1f} % of the step's GPU time "
                      f"({triton_us:.1f} of {step_us:.1f} us, profiled); were they free, the "
                      f"step could be at most {1 / (1 - share):.2f}x faster")
-    lines.append("kernel | share | speedup (evo's cycles) | installed")
+    rows, saved = [], 0.0
     for c in choices:
         k = next((k for k in manifest["kernels"] if k["name"] == c.name), {})
         r = by_name.get(c.name)
+        result = getattr(r, "result", None)
+        base, best = (roofline(getattr(result, "baseline", None)),
+                      roofline(getattr(result, "best", None)))
+        if base is not None and k.get("gpu_us"):
+            saved += k["gpu_us"] * max(0.0, 1.0 - min(base, 1.0))
         gain = f"{r.speedup:.2f}x" if r is not None and r.speedup else "-"
         share = f"{100 * k['share']:.1f} %" if k.get("share") else "-"
+        roof = "-" if base is None else (f"{100 * base:.0f} %" + (f" -> {100 * best:.0f} %" if best else ""))
         done = "yes" if c.cubin is not None else f"no: {c.reason}"
-        lines.append(f"{c.name} | {share} | {gain} | {done}")
-    return "\n".join(lines)
+        rows.append(f"{c.name} | {share} | {gain} | {roof} | {done}")
+    if step_us and saved:
+        lines.append(f"at the copy roofline the kernels evolved here would save at most "
+                     f"{saved:.1f} us of the step's GPU time ({step_us / (step_us - saved):.3f}x)")
+    lines.append("kernel | share | speedup (evo's cycles) | copy roofline | installed")
+    return "\n".join(lines + rows)
