@@ -7,6 +7,7 @@ measurement in the worker, the median figure and the spread of the figures. Run 
 two versions of the harness on one machine to see what a change to the gate costs:
 
     python3 -m harness.bench_gate_cost gemm_tile_4x6x8 relu softmax --repeats 5
+    CUPY_CACHE_DIR=$(mktemp -d) python3 -m harness.bench_gate_cost gelu --profile-first
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kernels", nargs="+")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--profile-first", action="store_true",
+                        help="instead: profile each kernel's first measurement in this process "
+                             "(cProfile; set CUPY_CACHE_DIR to an empty folder for a cold one)")
     args = parser.parse_args(argv)
+    if args.profile_first:
+        return _profile_first(args.kernels)
     with GpuWorker(0) as worker:
         for name in args.kernels:
             spec = find_kernel(name)
@@ -49,6 +55,40 @@ def main(argv=None) -> None:
                     m.notes["robust_std"] / m.cycles for m in ms if m.valid), 5) if cycles else None,
                 "timer": ms[0].timer,
                 "reuse_probe_us": ms[0].notes.get("reuse_probe_us")}), flush=True)
+
+
+def _profile_first(kernels: list[str]) -> None:
+    """Each kernel's first and second measurement by a Runner in this process, the first
+    under cProfile (its 12 costliest calls): what a fresh worker spends before the GPU
+    does anything, CuPy's kernel compiles included."""
+    import cProfile
+    import pstats
+    import time
+
+    from harness.compile import compile_ptx
+    from harness.gpu_runner import Runner
+    from harness.instrument import instrument
+    from harness.suite import find_kernel
+    from harness.worker import MeasureRequest
+
+    runner = Runner(0)
+    for name in kernels:
+        spec = find_kernel(name)
+        ptx = spec.ptx_text()
+        cubin = compile_ptx(ptx).cubin
+        clock = compile_ptx(instrument(ptx, spec.entry)).cubin if spec.timing == "clock64" else None
+        request = MeasureRequest(spec=spec, cubin=cubin, baseline_cubin=cubin, clock_cubin=clock,
+                                 check_seeds=(11, 12, 13, 14, 15), timing_seed=99, timeout_s=300.0)
+        profile = cProfile.Profile()
+        t0 = time.perf_counter()
+        profile.enable()
+        first = runner.measure(request)
+        profile.disable()
+        t1 = time.perf_counter()
+        runner.measure(request)
+        print(f"{name}: first {t1 - t0:.2f} s ({first.reason}), second "
+              f"{time.perf_counter() - t1:.3f} s", flush=True)
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(12)
 
 
 if __name__ == "__main__":
