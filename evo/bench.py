@@ -212,14 +212,14 @@ def _apply_pool():
     start (~1 s of imports) per search. Else nothing: Evaluators apply in their thread."""
     import concurrent.futures
     import contextlib
-    import multiprocessing
     import os
 
     cores = os.cpu_count() or 1
     if cores < 8:
         return contextlib.nullcontext()
-    return concurrent.futures.ProcessPoolExecutor(
-        cores, mp_context=multiprocessing.get_context("spawn"))
+    from harness import spawn
+
+    return concurrent.futures.ProcessPoolExecutor(cores, mp_context=spawn.context())
 
 
 class _Stopped(Exception):

@@ -22,7 +22,6 @@ every record's ``notes["placement"]``.
 from __future__ import annotations
 
 import atexit
-import multiprocessing
 import threading
 
 ARENA_BYTES = 256 << 20  # each arena: every kernel's buffers are laid out in it
@@ -72,7 +71,9 @@ class ArenaKeeper:
         self._handles: list[bytes] = []  # every arena so far, in allocation order
         self._lent: set[int] = set()  # indexes into _handles
         self.error = ""  # why the keeper cannot lend (then lend() returns None)
-        ctx = multiprocessing.get_context("spawn")
+        from harness import spawn
+
+        ctx = spawn.context()
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=target or keep_arenas, args=(child, device_id, nbytes),
                                  name=f"evo-arena{device_id}", daemon=True)

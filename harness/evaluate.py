@@ -200,10 +200,10 @@ class Evaluator:
             return [(apply_genome(module, g, spec.launch), None) for g in genomes]
         with self._setup_lock:
             if self._apply_pool is None:
-                import multiprocessing
+                from harness import spawn
 
                 self._apply_pool = concurrent.futures.ProcessPoolExecutor(
-                    self.apply_workers, mp_context=multiprocessing.get_context("spawn"))
+                    self.apply_workers, mp_context=spawn.context())
         path = str(spec.ptx_path)
         entry = spec.entry if self.backend.wants_clock_ptx and spec.timing == "clock64" else None
         launch = spec.launch.to_json()

@@ -32,14 +32,13 @@ means the child is about to exit because its CUDA context is unusable.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from genomes.errors import RuntimeFailure
-from harness import gate, record
+from harness import gate, record, spawn
 from harness.record import Measurement
 from genomes.launch import Launch
 from harness.spec import KernelSpec
@@ -144,7 +143,7 @@ class GpuWorker:
         self.start_timeout_s = start_timeout_s
         self.restarts = 0  # children started after the first, for reports and tests
         self._target = target or _serve_gpu
-        self._ctx = multiprocessing.get_context("spawn")
+        self._ctx = spawn.context()  # children never run the caller's script again
         self._proc = None
         self._conn = None
         self._device = ""

@@ -200,3 +200,30 @@ def test_summarize():
     stats = summarize(range(1, 101))
     assert stats["median"] == 50.5 and stats["cycles"] == 50.5 and stats["n"] == 100
     assert stats["p10"] == pytest.approx(10.9) and stats["p90"] == pytest.approx(90.1)
+
+
+SCRIPT_WITHOUT_MAIN_GUARD = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_worker_cpu import fake_serve, request
+from harness.worker import GpuWorker
+
+print("script body ran")
+with GpuWorker(0, target=fake_serve) as worker:
+    print("measured", worker.measure(request("ok")).valid)
+"""
+
+
+def test_a_script_without_a_main_guard_runs_once_and_its_worker_works(tmp_path):
+    """Spawn prepares a child by importing the parent's __main__: a script without an
+    ``if __name__ == "__main__":`` guard ran again in each worker (harness.spawn)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "plain.py"
+    script.write_text(SCRIPT_WITHOUT_MAIN_GUARD.format(tests=str(Path(__file__).parent)))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["script body ran", "measured True"], proc.stdout
+    assert "bootstrapping" not in proc.stderr
