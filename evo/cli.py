@@ -220,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pop", type=int, help="population size (evolve)" + _config_default("pop"))
     p.add_argument("--max-evals", type=int,
                    help="evaluations per kernel, 0 = no cap" + _config_default("max_evals"))
+    p.add_argument("--budget-evals", type=int, metavar="N",
+                   help="evaluations for all kernels together, split by their share of the "
+                        "step (--model); replaces --max-evals" + _config_default("budget_evals"))
     p.add_argument("--seed", type=int,
                    help="every random choice flows from this seed" + _config_default("seed"))
     p.add_argument("--llm-rate", type=float, metavar="P",

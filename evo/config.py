@@ -43,6 +43,9 @@ class RunConfig:
     generations: int = _opt(9, lo=0, hi=100000)
     pop: int = _opt(5, lo=1, hi=10000)
     max_evals: int = _opt(0, lo=0, doc="evaluations per kernel; 0 = no cap")
+    budget_evals: int = _opt(0, lo=0, doc="evaluations for all kernels together, split by "
+                                          "their share of the step (capture folders: "
+                                          "evo.model.budget); 0 = off, max_evals applies")
     seed: int = _opt(1, lo=0)
     backend: str = _opt("auto", choices=BACKENDS)
     gpus: list = _opt([0], doc="GPU ids: one worker per GPU",

@@ -177,11 +177,21 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         with lock:
             write([e for ledger in ledgers.values() for e in ledger.hand_over()])
 
+    budgets = {}
+    if config.run.budget_evals:  # a model's evaluations where its time is (evo.model.budget)
+        from evo.model import budget
+
+        budgets = budget.split_evals(config.run.budget_evals, [s.name for s in kernels],
+                                     budget.shares(config.run.suite), config.run.pop)
+        progress.note("evaluations per kernel (share of the step): " + ", ".join(
+            f"{name} {n}" for name, n in budgets.items()))
+
     def one_kernel(spec: KernelSpec, slot: int):
         ledger = ledgers[spec.name]
+        config_k = config.override("run", max_evals=budgets[spec.name]) if budgets else config
         bar = progress.start_kernel(spec.name, _total_generations(config), slot)
         prior = ledger.checkpoint["priors"].get(spec.name)
-        result = search_kernel(spec.name, config, _measurer(evaluator, spec, bar, stop),
+        result = search_kernel(spec.name, config_k, _measurer(evaluator, spec, bar, stop),
                                ledger.events, ledger.checkpoint, ledger.save,
                                on_generation=bar.generation, spec=spec, llm=llm, prior=prior,
                                code_keys=functools.partial(evaluator.code_keys, spec))

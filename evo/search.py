@@ -284,7 +284,7 @@ def _config_hash(config: Config) -> str:
     """The config fields that change results (not budgets, which may be extended, nor
     where the store lives or which GPU ids measure)."""
     d = config.to_dict()
-    for key in ("generations", "max_evals", "store", "gpus", "jobs"):
+    for key in ("generations", "max_evals", "budget_evals", "store", "gpus", "jobs"):
         d["run"].pop(key, None)
     d["greedy"].pop("max_steps", None)
     d.pop("cluster", None)  # where candidates are measured, like the GPU ids

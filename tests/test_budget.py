@@ -1,0 +1,50 @@
+"""evo.model.budget: a model's evaluations split by the kernels' share of the step, and
+`evo run --model DIR --budget-evals N` spending them (static backend, the committed capture)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evo.model import budget
+
+from conftest import needs_ptxas
+
+DECODER = Path(__file__).parent / "data" / "capture" / "decoder"
+
+
+def test_evaluations_follow_the_shares_with_one_population_each_at_least():
+    got = budget.split_evals(100, ["a", "b", "c"], {"a": 0.6, "b": 0.3, "c": 0.1}, floor=5)
+    assert got == {"a": 56, "b": 31, "c": 13} and sum(got.values()) == 100  # 85 spare: 51, 25.5, 8.5
+
+
+def test_largest_remainders_keep_the_total_and_unknown_kernels_weigh_as_the_mean():
+    got = budget.split_evals(20, ["a", "b", "x"], {"a": 0.5, "b": 0.1}, floor=2)
+    assert sum(got.values()) == 20 and got["a"] > got["x"] > got["b"]
+    assert budget.split_evals(9, ["p", "q", "r"], {}, floor=3) == {"p": 3, "q": 3, "r": 3}
+    assert budget.split_evals(4, ["p", "q", "r"], {}, floor=3) == {"p": 3, "q": 3, "r": 3}  # floor wins
+
+
+def test_shares_come_from_capture_folders_only(tmp_path):
+    manifest = json.loads((DECODER / "manifest.json").read_text())
+    got = budget.shares([str(DECODER), "relu", str(tmp_path)])
+    assert got == {k["name"]: k["share"] for k in manifest["kernels"]}
+
+
+@needs_ptxas
+def test_evo_run_spends_a_model_budget_by_share(tmp_path, capsys):
+    from evo.cli import main
+
+    code = main(["run", "--model", str(DECODER), "--backend", "static", "--generations", "50",
+                 "--pop", "4", "--budget-evals", "40", "--out", str(tmp_path / "run"),
+                 "--store", str(tmp_path / "s.sqlite"), "-q"])
+    assert code == 0, capsys.readouterr()
+    checkpoint = json.loads((tmp_path / "run" / "checkpoint.json").read_text())
+    manifest = json.loads((DECODER / "manifest.json").read_text())
+    shares = {k["name"]: k["share"] for k in manifest["kernels"]}
+    want = budget.split_evals(40, list(shares), shares, 4)
+    evals = {name: k["evals"] for name, k in checkpoint["kernels"].items()}
+    assert all(evals[n] <= want[n] for n in want), (evals, want)
+    assert sum(evals.values()) > 20  # the budget was spent, not the 50 generations
