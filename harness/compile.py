@@ -42,6 +42,7 @@ from typing import Iterable, Sequence
 
 from genomes.errors import EvoError
 from genomes.ptxas_flags import flags_in
+from harness import tool_cache
 from harness.toolchain import MissingToolError, find_ptxas
 
 #: Error lines kept in ``CompileResult.error``; past that a count is appended,
@@ -285,15 +286,22 @@ def compile_ptx(
     # options the PTX carries (genes such as ptxas_opt; genomes.ptxas_flags) come last,
     # so that they win over the defaults here
     args = (f"-arch={arch}", f"-O{opt_level}", "-v", *map(str, extra_args), *flags_in(ptx))
-    with tempfile.TemporaryDirectory(prefix="evo-ptxas-") as tmp:
-        Path(tmp, "kernel.ptx").write_text(ptx, encoding="utf-8")
-        # Relative file names (cwd=tmp) keep the random temp path out of the log.
-        cmd = [str(ptxas), *args, "-o", "kernel.cubin", "kernel.ptx"]
-        start = time.perf_counter()
-        returncode, log = _run(cmd, tmp, timeout)
-        seconds = time.perf_counter() - start
-        cubin_path = Path(tmp, "kernel.cubin")
-        cubin = cubin_path.read_bytes() if returncode == 0 and cubin_path.exists() else None
+    start = time.perf_counter()
+    question = tool_cache.key(ptxas, args, ptx.encode("utf-8"))
+    kept = tool_cache.lookup(question)  # the same ptxas, arguments and PTX: its answer
+    if kept is not None:
+        returncode, log, cubin = kept[0], kept[1], kept[2] or None
+    else:
+        with tempfile.TemporaryDirectory(prefix="evo-ptxas-") as tmp:
+            Path(tmp, "kernel.ptx").write_text(ptx, encoding="utf-8")
+            # Relative file names (cwd=tmp) keep the random temp path out of the log.
+            cmd = [str(ptxas), *args, "-o", "kernel.cubin", "kernel.ptx"]
+            returncode, log = _run(cmd, tmp, timeout)
+            cubin_path = Path(tmp, "kernel.cubin")
+            cubin = cubin_path.read_bytes() if returncode == 0 and cubin_path.exists() else None
+        if returncode != 0 or cubin:  # not "succeeded but wrote nothing": that is the tool's
+            tool_cache.keep(question, returncode, log, cubin or b"")
+    seconds = time.perf_counter() - start
 
     warnings = tuple(_diagnostics(log, ("warning",)))
     common = dict(arch=arch, log=log, seconds=seconds, args=args, warnings=warnings)

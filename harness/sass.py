@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from harness import tool_cache
 from harness.toolchain import MissingToolError, cuobjdump_env, find_cuobjdump
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ def disassemble(cubin: bytes, timeout: float = 60) -> str | None:
     except MissingToolError as exc:
         _warn_unavailable(str(exc))
         return None
+    question = tool_cache.key(cuobjdump, ("-sass", env.get("NVDISASM_PATH", "")), cubin)
+    kept = tool_cache.lookup(question)  # harness.tool_cache: asked before, by anyone here
+    if kept is not None and kept[0] == 0:
+        return kept[1]
     with tempfile.TemporaryDirectory(prefix="evo-sass-") as tmp:
         path = Path(tmp, "kernel.cubin")
         path.write_bytes(cubin)
@@ -77,6 +82,7 @@ def disassemble(cubin: bytes, timeout: float = 60) -> str | None:
         detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
         _warn_unavailable(f"cuobjdump exited {proc.returncode}: {detail[-1] if detail else ''}")
         return None
+    tool_cache.keep(question, 0, proc.stdout)
     return proc.stdout
 
 
