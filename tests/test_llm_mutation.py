@@ -168,7 +168,9 @@ def test_run_with_llm_rate_evolves_patch_genes_and_resumes(llm_server, tmp_path,
     assert final["kernels"][KERNEL]["state"]["generation"] == 5
     for ind in final["kernels"][KERNEL]["state"]["population"]:
         genome = Genome.from_json(ind["genome"])  # every gene, patches too, reads back
-        assert apply_genome(find_kernel(KERNEL).ptx_text(), genome).outcomes is not None
+        outcomes = apply_genome(find_kernel(KERNEL).ptx_text(), genome).outcomes
+        assert len(outcomes) == len(genome.genes)
+        assert all(o.status != "error" for o in outcomes), outcomes  # no gene broke on reading back
     assert final["llm"]["calls"] >= first["llm"]["calls"]
     report = (run_dir / "report.md").read_text()
     assert "patches:" in report and "proposed" in report
