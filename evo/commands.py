@@ -234,6 +234,11 @@ def cmd_run(args) -> int:
 
     print(render_table(results))  # -q silences progress, never the answer
     print(f"\nrun folder: {rundir.path} (evo show / evo plot {rundir.path})")
+    failed = [r.kernel for r in results if not (r.baseline or {}).get("valid")]
+    if failed:  # the others ran and are reported; the run as a whole did not succeed
+        print(f"evo: error: the baseline of {', '.join(failed)} failed (the table says why); "
+              f"{len(results) - len(failed)} other kernel(s) ran", file=sys.stderr)
+        return exit_codes.FAILURE
     return exit_codes.OK
 
 

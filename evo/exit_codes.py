@@ -19,8 +19,9 @@ INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 TABLE = (
     (OK, "success"),
-    (FAILURE, "runtime failure: ptxas rejected the PTX, the variant failed its check, no "
-              "GPU or tool, a file that cannot be read or written, a damaged store"),
+    (FAILURE, "runtime failure: ptxas rejected the PTX, the variant failed its check, a "
+              "kernel's baseline failed in a run (the others still ran), no GPU or tool, a "
+              "file that cannot be read or written, a damaged store"),
     (USAGE, "usage error: bad command line or flag value, bad config key, unknown kernel, "
             "genome or transform, a missing or malformed input file"),
     (INTERRUPTED, "interrupted (Ctrl-C or SIGTERM); `evo run --resume` continues a run"),

@@ -60,7 +60,13 @@ def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
                 raise EvoError(f"suite pattern {pattern!r} matches no kernel (see `evo kernels`)")
         else:
             matches = [find_kernel(pattern)]
-        chosen.extend(m for m in matches if m.name not in {c.name for c in chosen})
+        for m in matches:
+            same = next((c for c in chosen if c.name == m.name), None)
+            if same is None:
+                chosen.append(m)
+            elif same.spec_path != m.spec_path:  # two kernels, one name: one would be lost
+                raise EvoError(f"two kernels are named {m.name!r} ({same.spec_path} and "
+                               f"{m.spec_path}); give one another name")
     if not chosen:
         raise EvoError("the suite is empty: name kernels in [run] suite or with --kernel")
     return chosen

@@ -115,6 +115,9 @@ class RunDir:
             raise RunDirError(f"{path} is a file, not a run folder: name a new folder with --out")
         if (path / CHECKPOINT).exists() or (path / EVENTS).exists():
             raise RunDirError(f"{path} already holds a run; use --resume {path} or another --out")
+        if path.is_dir() and any(path.iterdir()):
+            raise RunDirError(f"{path} is a folder with other files in it, not a run: name a new "
+                              "or empty folder with --out")
         run = cls(path)
         run.created, run.fresh = not path.is_dir(), True
         try:

@@ -48,6 +48,7 @@ _TOP_KEYS = ("name", "entry", "ptx", "grid", "block", "shared_mem", "timing", "c
              "peer", "description", "tolerance", "meta", "params")
 _BUFFER_KEYS = ("name", "kind", "dtype", "count", "role", "fill", "low", "high", "value", "mean", "std")
 _SCALAR_KEYS = ("name", "kind", "dtype", "value")
+_PLAIN_NAME = re.compile(r"[^/\\\x00-\x1f.][^/\\\x00-\x1f]*")  # no folder, no hidden file
 _PTX_IDENT = re.compile(r"[A-Za-z][\w$]*|[_$%][\w$]+")
 _FILL_KEYS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "int": ("low", "high"), "const": ("value",)}
 
@@ -380,7 +381,9 @@ def spec_from_table(data: dict, path: Path, where: str | Path | None = None) -> 
     where = path if where is None else where
     r = _Reader(where, data)
     r.check_keys(_TOP_KEYS)
-    name = r.get("name", str, path.stem, check=bool, what="a non-empty string")
+    # a kernel's name names its files (best/<name>.ptx, plots): a file name, not a path
+    name = r.get("name", str, path.stem, check=_PLAIN_NAME.fullmatch,
+                 what="a file name (no '/' or '\\', not starting with '.')")
     entry = r.get("entry", str, name, check=_PTX_IDENT.fullmatch, what="a PTX identifier")
     ptx_path = (path.parent / r.get("ptx", str, path.stem + ".ptx")).resolve()
     if not ptx_path.is_file():

@@ -371,8 +371,8 @@ def test_failed_run_leaves_no_folder(tmp_path, monkeypatch, capsys):
     assert not any((tmp_path / "runs").iterdir())
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
-    fails(capsys, [*bad, "--out", "mine"], "unknown kernel")
-    assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+    fails(capsys, [*bad, "--out", "mine"], "mine is a folder with other files in it, not a run")
+    assert os.listdir(tmp_path / "mine") == ["notes.txt"]  # refused before writing anything
 
 
 # ------------------------------------------------------------ config strings with a newline
@@ -466,3 +466,35 @@ def test_unforeseen_os_and_sqlite_errors_are_one_line(monkeypatch, capsys):
 
     monkeypatch.setattr(commands, "cmd_kernels", malformed)
     fails(capsys, ["kernels"], "malformed", "evo store repair", code=FAILURE)
+
+
+# ------------------------------------------------------------ honest exit statuses (issue 31)
+@needs_ptxas
+def test_a_run_whose_baseline_fails_reports_all_kernels_and_exits_1(tmp_path, capsys):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    spec = SUITE / "gemm_tile_2x2x2.toml"
+    text = spec.read_text().replace('name = "gemm_tile_2x2x2"', 'name = "broken_tile"')
+    (broken / "broken_tile.toml").write_text(text)
+    ptx_name = tomllib.loads(text).get("ptx", "gemm_tile_2x2x2.ptx")
+    (broken / ptx_name).write_text((SUITE / ptx_name).read_text().replace("ret;", "bogus_op;", 1))
+    rc = main(["run", "--kernel", str(broken / "broken_tile.toml"), "--kernel", "gemm_tile_2x2x2",
+               "--backend", "static", "--generations", "1", "--pop", "2", "--out",
+               str(tmp_path / "run"), "--store", str(tmp_path / "s.sqlite"), "-q"])
+    out, err = capsys.readouterr()
+    assert rc == 1, err
+    assert "broken_tile" in out and "gemm_tile_2x2x2" in out  # both in the table
+    assert "evo: error: the baseline of broken_tile failed" in err and "1 other kernel(s) ran" in err
+
+
+def test_two_kernels_of_one_name_and_a_name_that_is_a_path_are_refused(tmp_path, capsys):
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("relu.toml", "relu.ptx"):
+        (other / name).write_text((SUITE / name).read_text())
+    fails(capsys, ["run", "--kernel", "relu", "--kernel", str(other / "relu.toml"), "--backend",
+                   "static", "--out", str(tmp_path / "r")], "two kernels are named 'relu'")
+    escape = (SUITE / "relu.toml").read_text().replace('name = "relu"', 'name = "../../escape/k"')
+    (other / "escape.toml").write_text(escape)
+    fails(capsys, ["run", "--kernel", str(other / "escape.toml"), "--backend", "static",
+                   "--out", str(tmp_path / "r")], "'name' must be a file name")
