@@ -16,7 +16,10 @@ answers ``MeasureRequest``s with ``Measurement``s. For each request:
    in batches, each launch writing its own slice of one clock buffer; ``events`` specs
    replay a captured CUDA graph between two events and convert microseconds to cycles at
    the SM clock measured just before and after. Timed launches alternate between two input
-   sets and the buffers timed are judged afterwards (``check_sets``): they must do the work.
+   sets (clock64: outputs restored before each launch) and the buffers timed are judged
+   afterwards (``check_sets``): they must do the work. Events specs are then timed on
+   outputs wiped before each launch and on kept ones (``harness.reuse_probe``): a variant
+   fast only where its outputs hold its last answer is ``result reuse``.
 3. **Once more after timing**, on the stress inputs of the first check seed
    (``gate.stress_seed``: heavy tails, large magnitudes, compared norm-wise). After timing,
    so that a variant that keeps state across launches (a launch counter in a ``.global``)
