@@ -75,6 +75,13 @@ def test_the_recorded_launches_write_the_same_specs_again(manifest, tmp_path):
     assert again["triton_gpu_us"] == pytest.approx(manifest["triton_gpu_us"])
 
 
+def test_a_relative_folder_works_as_the_readme_writes_it(manifest, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    m = capture.write(_launches(manifest)[:1], "cap")
+    assert m["kernels"][0]["spec"].startswith("kernels/")
+    assert capture.read("cap")["kernels"][0]["kernel_spec"].params == manifest["kernels"][0]["kernel_spec"].params
+
+
 def test_identical_launches_are_one_kernel_and_share_their_names_time(manifest, tmp_path):
     first = _launches(manifest)[0]
     wider = Launch(**{**first.__dict__, "grid": (first.grid[0] * 2, 1, 1)})

@@ -278,7 +278,7 @@ def write(launches: list[Launch], out, times: dict[str, float] | None = None, to
     """The capture folder from recorded launches (module docstring); returns the manifest."""
     from evo import api
 
-    out = Path(out)
+    out = Path(out).expanduser().resolve()  # the specs' paths are absolute: relative to it
     times = times or {}
     groups: dict[tuple, list[Launch]] = {}
     for launch in launches:
