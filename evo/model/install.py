@@ -105,6 +105,7 @@ class Installed:
         self.choices = {(c.kernel, c.ptx_sha): c for c in choices if c.cubin is not None}
         self.enabled = True
         self.swapped: dict[str, bool] = {}  # Inductor kernel name -> runs evolved code now
+        self.refused: dict[str, str] = {}  # kernel name -> why its code could not be swapped
         self._seen: set[int] = set()  # id() of every launcher looked at
         self._entries: list[tuple] = []  # (holder, key, old function, new function, name)
         self._modules = []  # keeps the loaded modules alive
@@ -160,13 +161,17 @@ class Installed:
         if id(launcher) in self._seen:
             return
         self._seen.add(id(launcher))
-        entry = self._prepare(autotuner, launcher, args)
+        try:
+            entry = self._prepare(autotuner, launcher, args)
+        except Exception as err:  # never break the user's step: that kernel keeps its code
+            self.refused[autotuner.fn.__name__] = f"{type(err).__name__}: {err}"
+            entry = None
         if entry is not None:
             self._entries.append(entry)
             holder, key, old, new, name = entry
             _set(holder, key, new if self.enabled else old)
             self.swapped[name] = self.enabled
-        if len(self._entries) == len(self.choices):
+        if len(self._entries) + len(self.refused) >= len(self.choices):
             self.stop_looking()
 
     @staticmethod

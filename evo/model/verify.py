@@ -63,7 +63,8 @@ def verify(step, inputs, installed, repeats: int = 30, rtol: float = 5e-2, atol:
             "speedup": base / evolved, "repeats": repeats,
             "spread": {"baseline": [min(times[False]), max(times[False])],
                        "evolved": [min(times[True]), max(times[True])]},
-            "kernels_installed": sorted(name for name, on in installed.swapped.items() if on)}
+            "kernels_installed": sorted(name for name, on in installed.swapped.items() if on),
+            "kernels_refused": dict(installed.refused)}
 
 
 def roofline(measured: dict | None) -> float | None:
