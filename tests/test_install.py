@@ -72,6 +72,11 @@ def test_the_report_says_the_step_the_limit_and_each_kernel():
     assert f"{100 * share:.1f} % of the step's GPU time" in text
     assert f"at most {1 / (1 - share):.2f}x faster" in text
     assert text.count("| yes") == 1 and text.count("no: not evolved in this run") == 4
+    ran = report(verdict | {"kernels_installed": [], "kernels_refused": {
+        choices[0].kernel: "RuntimeError: no kernel image"}}, manifest, choices)
+    assert ran.count("| yes") == 0 and "no: RuntimeError: no kernel image" in ran
+    assert "no: not launched with its captured sizes" in report(
+        verdict | {"kernels_installed": []}, manifest, choices)
     assert f"{first['name']} | {100 * first['share']:.1f} % | 1.25x | 50 % -> 62 % | yes" in text
     saved = first["gpu_us"] * 0.5  # half its time is above the roofline
     step = manifest["step_gpu_us"]

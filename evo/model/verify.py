@@ -80,6 +80,18 @@ def roofline(measured: dict | None) -> float | None:
     return moved / (gbps * 1e3) / us  # bytes / (GB/s x 1e3) = µs at the copy's rate
 
 
+def _installed(choice, verdict: dict) -> str:
+    """What happened to one planned kernel in the program: installed, or why not."""
+    if choice.cubin is None:
+        return f"no: {choice.reason}"
+    if "kernels_installed" not in verdict:  # a verdict from before the program ran
+        return "yes"
+    if choice.kernel in verdict["kernels_installed"]:
+        return "yes"
+    refused = verdict.get("kernels_refused", {}).get(choice.kernel)
+    return f"no: {refused}" if refused else "no: not launched with its captured sizes"
+
+
 def report(verdict: dict, manifest: dict, choices, results=None) -> str:
     """The lines a user reads: the step before and after, the share of the step in Triton
     kernels and the limits it sets (all free; all at the copy roofline), and per kernel its
@@ -109,7 +121,7 @@ def report(verdict: dict, manifest: dict, choices, results=None) -> str:
         gain = f"{r.speedup:.2f}x" if r is not None and r.speedup else "-"
         share = f"{100 * k['share']:.1f} %" if k.get("share") else "-"
         roof = "-" if base is None else (f"{100 * base:.0f} %" + (f" -> {100 * best:.0f} %" if best else ""))
-        done = "yes" if c.cubin is not None else f"no: {c.reason}"
+        done = _installed(c, verdict)
         rows.append(f"{c.name} | {share} | {gain} | {roof} | {done}")
     if step_us and saved:
         lines.append(f"at the copy roofline the kernels evolved here would save at most "
