@@ -13,7 +13,10 @@ input, and is asked again next time.
 Where: ``$EVO_TOOL_CACHE`` (``off`` turns the cache off), else
 ``$XDG_CACHE_HOME/evo/tools``, else ``~/.cache/evo/tools``; one file per answer, named by
 the key, written to a temporary file and renamed, so processes sharing the folder never
-read half an answer. A file that cannot be read is a miss.
+read half an answer. A file that cannot be read is a miss. Size: one CPU suite run left
+7,034 answers, 126 MB; the folder is kept under ``$EVO_TOOL_CACHE_MB`` (default 1024):
+about one write in 256 looks, and removes the answers used least recently (a hit
+touches its file) down to three quarters of it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 OFF = "off"
+DEFAULT_MB = 1024
 
 
 def folder() -> Path | None:
@@ -68,6 +72,10 @@ def lookup(name: str) -> tuple[int, str, bytes] | None:
         meta = json.loads(head)
         if len(blob) != meta["size"]:
             return None  # cut short: treat as a miss
+        try:
+            os.utime(path)  # used now: the last to go when the folder is pruned
+        except OSError:
+            pass
         return int(meta["returncode"]), str(meta["text"]), blob
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -91,4 +99,38 @@ def keep(name: str, returncode: int | None, text: str, blob: bytes = b"") -> Non
             Path(tmp).unlink(missing_ok=True)
             raise
     except OSError:
-        pass
+        return
+    if name.startswith("00"):  # one write in 256: a look at the folder's size
+        prune()
+
+
+def prune(limit_mb: float | None = None) -> int:
+    """Remove the answers used least recently until the folder holds at most three
+    quarters of ``limit_mb`` (default ``$EVO_TOOL_CACHE_MB`` or 1024), when it holds more
+    than ``limit_mb``; returns how many were removed."""
+    root = folder()
+    if root is None or not root.is_dir():
+        return 0
+    if limit_mb is None:
+        try:
+            limit_mb = float(os.environ.get("EVO_TOOL_CACHE_MB", DEFAULT_MB))
+        except ValueError:
+            limit_mb = DEFAULT_MB
+    files = []
+    for path in root.glob("*/*"):
+        try:
+            st = path.stat()
+        except OSError:
+            continue  # removed meanwhile by another process
+        files.append((st.st_mtime, st.st_size, path))
+    total, limit = sum(f[1] for f in files), limit_mb * (1 << 20)
+    if total <= limit:
+        return 0
+    removed = 0
+    for _, size, path in sorted(files):
+        if total <= 0.75 * limit:
+            break
+        path.unlink(missing_ok=True)
+        total -= size
+        removed += 1
+    return removed

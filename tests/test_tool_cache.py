@@ -98,3 +98,17 @@ def test_the_disassembly_is_kept_too(tmp_path, monkeypatch):
     files = {p for p in (tmp_path / "cache").rglob("*") if p.is_file()}
     assert len(files) == 2  # the cubin's ptxas answer and its disassembly
     assert sass.disassemble(cubin) == first
+
+
+def test_the_folder_is_pruned_least_recently_used_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVO_TOOL_CACHE", str(tmp_path / "cache"))
+    names = [f"{i:02x}" + "a" * 62 for i in range(1, 11)]
+    for i, name in enumerate(names):
+        tool_cache.keep(name, 0, "", b"x" * 100_000)
+        os.utime(tool_cache._path(name), (1000 + i, 1000 + i))  # written in this order
+    assert tool_cache.lookup(names[0]) is not None  # used now: the most recent
+    assert tool_cache.prune(limit_mb=10) == 0  # 1 MB in a 10 MB folder
+    removed = tool_cache.prune(limit_mb=0.5)  # 1 MB > 0.5 MB: down to 0.375 MB
+    assert removed == 7
+    left = {n for n in names if tool_cache._path(n).exists()}
+    assert left == {names[0], names[8], names[9]}
