@@ -65,6 +65,36 @@ def test_mutate_prompt_shows_ptxas_figures_cycles_and_numbered_ptx():
     assert patched.outcomes[-1].status == "applied"
 
 
+def _cuobjdump_here() -> bool:
+    from harness.toolchain import MissingToolError, find_cuobjdump
+
+    try:
+        find_cuobjdump()
+        return True
+    except MissingToolError:
+        return False
+
+
+@needs_ptxas
+@pytest.mark.skipif(not _cuobjdump_here(), reason="no cuobjdump: the prompt says the SASS is unavailable")
+def test_the_real_sass_histogram_of_the_variant_reaches_the_prompt():
+    """The opcode counts the prompt quotes are those of the variant's own machine code,
+    disassembled here independently of the prompt's code path (issue 32)."""
+    from harness.sass import disassemble, opcode_histogram
+
+    spec = find_kernel("gemm_tile_8x8x8")
+    genome = parse_inline("vec_ld,maxnreg(n=64)")
+    applied = apply_genome(spec.ptx_text(), genome)
+    hist = opcode_histogram(disassemble(compile_ptx(applied.ptx).cubin))
+    ctx = build_mutate_context(spec, genome, _measured(spec.name, 2676), _measured(spec.name, 8388),
+                               None, applied.outcomes, [], [], max_ptx_lines=1000)
+    user = PromptSet(None).messages("mutate", ctx)[1]["content"]
+    line = next(x for x in user.splitlines() if f"({sum(hist.values())} instructions in all)" in x)
+    for op, n in hist.most_common(5):
+        assert f"{op} {n}" in line, (op, n, line)
+    assert "FFMA" in line and "unavailable" not in user
+
+
 @needs_ptxas
 def test_long_kernel_is_cut_to_its_hottest_region_and_says_so():
     spec = find_kernel("gemm_tile_16x16x16")
