@@ -5,6 +5,7 @@ its checkpoint prompts, draws and answers exactly as the interrupted one did."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import llm_server as fake
@@ -115,6 +116,13 @@ def test_every_outcome_reaches_the_next_prompt_in_genome_notation(llm_server, tm
            in lines
     assert f"`{child}`: correct but not faster than its parent: 2700 vs 2600 cycles " \
            f"(+3.8%)" in lines
+    # A parent never measured (after crossover): no "faster", no gain for the method.
+    before = (m.counts["faster"], dict(m.own_methods))
+    m.record(KERNEL, child.genes[-1], measured(2300.0), math.inf, genome=child)
+    assert (m.counts["faster"], dict(m.own_methods)) == before
+    lines, _ = m.history.lines(KERNEL, 10_000)
+    assert (f"`{child}`: correct (faster or not: unknown): 2300 cycles; its parent was not "
+            f"measured") in lines
 
 
 @needs_ptxas

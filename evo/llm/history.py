@@ -17,7 +17,8 @@ from collections.abc import Mapping
 
 #: Outcome kinds, and how instructive each is: a boost, in places of recency, when
 #: ordering. A rejection with its error teaches the most; a speedup shows what works.
-OUTCOMES = {"gate": 3, "ptxas": 3, "faster": 2, "no_match": 2, "slower": 1, "no_edit": 0}
+OUTCOMES = {"gate": 3, "ptxas": 3, "faster": 2, "no_match": 2, "slower": 1, "correct": 1,
+            "no_edit": 0}
 KEEP = 200  # entries kept per kernel (the oldest go first)
 DETAIL_CHARS = 300  # of an error or reason quoted in one entry
 BOOST = 2  # places of recency per point of instructiveness
@@ -93,6 +94,7 @@ def render(entry: dict, times: int = 1) -> str:
             "ptxas": "ptxas rejected it",
             "gate": "REJECTED by the correctness check",
             "slower": "correct but not faster than its parent",
+            "correct": "correct (faster or not: unknown)",
             "faster": "correct and faster than its parent"}[entry["outcome"]]
     genome = entry["genome"]
     head = f"after `{genome}`: {what}" if entry["outcome"] == "no_edit" else f"`{genome}`: {what}"

@@ -217,22 +217,28 @@ class LlmMutator:
                parent_fitness: float, genome: Genome | None = None) -> None:
         """Count a measured patch (``genome``: the child it ends), add it to the method
         catalogue and to the kernel's history: gate rejection, slower or faster."""
-        faster = result.valid and result.fitness < parent_fitness
+        # A parent never measured (usual after crossover) says nothing of faster or slower:
+        # compared with an infinite time, every valid child read "100 % fewer cycles".
+        known = math.isfinite(parent_fitness) and parent_fitness > 0
+        faster = result.valid and known and result.fitness < parent_fitness
         if result.valid:
             self.counts["correct"] += 1
         if faster:
             self.counts["faster"] += 1
         gain = 1 - result.fitness / parent_fitness if faster else 0.0
         label = normalize_method(patch.method)
-        if self.store is not None:
-            self.store.record_method(label, kernel, faster, gain)
-        tally = self.own_methods.setdefault(label, [0, 0, 0.0])
-        tally[0] += 1
-        tally[1] += int(faster)
-        tally[2] += gain
+        if known or not result.valid:  # a rejection counts against the method either way
+            if self.store is not None:
+                self.store.record_method(label, kernel, faster, gain)
+            tally = self.own_methods.setdefault(label, [0, 0, 0.0])
+            tally[0] += 1
+            tally[1] += int(faster)
+            tally[2] += gain
         name = str(genome if genome is not None else Genome((patch,)))
         if not result.valid:
             self.history.add(kernel, name, "gate", result.reason or "invalid")
+        elif not known:
+            self.history.add(kernel, name, "correct", _versus(result, parent_fitness))
         else:
             self.history.add(kernel, name, "faster" if faster else "slower",
                              _versus(result, parent_fitness))
