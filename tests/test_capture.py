@@ -146,3 +146,16 @@ def test_evo_run_model_evolves_a_captures_kernels_largest_share_first(tmp_path, 
                  "--pop", "2", "--out", str(tmp_path / "run"), "--store", str(tmp_path / "s.sqlite"), "-q"])
     assert code == 0, capsys.readouterr()
     assert sorted(p.stem for p in (tmp_path / "run" / "best").glob("*.ptx")) == sorted(order)
+
+
+def test_the_arguments_of_a_launch_are_named_without_declared_constexprs():
+    """What the recorder and the installer both read of a CachingAutotuner.run call."""
+    import types
+
+    fn = types.SimpleNamespace(arg_names=["in_ptr0", "out_ptr0", "xnumel", "XBLOCK"], constexprs=[3])
+    autotuner = types.SimpleNamespace(fn=fn)
+    assert capture.passed(autotuner, ("a", "b", 256)) == {"in_ptr0": "a", "out_ptr0": "b", "xnumel": 256}
+    from evo.model.install import Installed
+
+    assert Installed._same_shape(autotuner, ("a", "b", 256), {"xnumel": 256})
+    assert not Installed._same_shape(autotuner, ("a", "b", 512), {"xnumel": 256})

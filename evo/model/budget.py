@@ -10,6 +10,7 @@ budgets add up to the total (or to ``floor`` x kernels, where that is more).
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -23,8 +24,6 @@ def shares(patterns: list[str]) -> dict[str, float]:
     for pattern in patterns:
         folder = Path(pattern).expanduser()
         if (folder / MANIFEST).is_file():
-            import json
-
             for k in json.loads((folder / MANIFEST).read_text())["kernels"]:
                 if k.get("share"):
                     out[k["name"]] = float(k["share"])

@@ -116,7 +116,16 @@ def _arg(name: str, type_: str, value) -> Arg:
     return Arg(name, type_, count, role, contiguous, low, high)
 
 
-def _ptx(autotuner, launcher) -> str:
+def passed(autotuner, args) -> dict:
+    """The arguments of one ``CachingAutotuner.run`` call by name: the kernel's parameters
+    in order, less those it declares constexpr (Inductor passes sizes of 1 typed
+    constexpr all the same)."""
+    fn = autotuner.fn
+    declared = set(getattr(fn, "constexprs", ()))
+    return dict(zip([n for i, n in enumerate(fn.arg_names) if i not in declared], args))
+
+
+def kernel_ptx(autotuner, launcher) -> str:
     """The PTX of the launcher's kernel: kept by Triton's compiled kernel where the launcher
     holds it, else the file beside its cubin in the Triton cache."""
     binary = getattr(launcher, "__globals__", {}).get("bin") or getattr(launcher, "bin", None)
@@ -175,12 +184,9 @@ class Recorder:
 
     @staticmethod
     def _arguments(autotuner, args) -> list[Arg]:
-        fn = autotuner.fn
-        declared = set(getattr(fn, "constexprs", ()))
-        names = [n for i, n in enumerate(fn.arg_names) if i not in declared]
         signature = autotuner.triton_meta.get("signature", {})
         out = []
-        for name, value in zip(names, args):
+        for name, value in passed(autotuner, args).items():
             type_ = signature.get(name, "")
             if type_ == "constexpr":  # a size of 1 compiled in: passed, not a PTX parameter
                 continue
@@ -192,7 +198,7 @@ class Recorder:
         _, grid = autotuner._interpret_args_grid(args, launcher.config)
         grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
         self.launches.append(Launch(
-            kernel=autotuner.fn.__name__, ptx=_ptx(autotuner, launcher), grid=grid,
+            kernel=autotuner.fn.__name__, ptx=kernel_ptx(autotuner, launcher), grid=grid,
             num_warps=int(launcher.config.num_warps), shared=int(getattr(launcher, "shared", 0) or 0),
             args=tuple(before), cache_hash=str(getattr(launcher, "cache_hash", ""))))
 

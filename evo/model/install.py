@@ -176,22 +176,21 @@ class Installed:
 
     @staticmethod
     def _same_shape(autotuner, args, scalars: dict) -> bool:
-        fn = autotuner.fn
-        declared = set(getattr(fn, "constexprs", ()))
-        names = [n for i, n in enumerate(fn.arg_names) if i not in declared]
-        values = dict(zip(names, args))
+        from evo.model.capture import passed
+
+        values = passed(autotuner, args)
         return all(values.get(name) == value for name, value in scalars.items())
 
     def _prepare(self, autotuner, launcher, args):
         """(holder, key, old function, new function, name) for a captured launcher launched
         with the captured sizes, or None for any other."""
-        from evo.model.capture import _ptx
+        from evo.model.capture import kernel_ptx
 
         name = autotuner.fn.__name__
         if not any(k[0] == name for k in self.choices):
             return None
         try:
-            sha = _sha(_ptx(autotuner, launcher))
+            sha = _sha(kernel_ptx(autotuner, launcher))
         except EvoError:
             return None
         choice = self.choices.get((name, sha))
