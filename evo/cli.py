@@ -184,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", metavar="NAME", help="replay: the device whose measurements to use "
                                                     "(default: the store's only GPU device)")
     p.add_argument("--seed", type=int, default=0, help="seed for the check and timing inputs")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="where the time went: the host's stages (apply, ptxas, backend, store) "
+                        "and the GPU worker's phases (inputs, upload, launch, compare, timing, "
+                        "reuse probe, stress check ...)")
     _json_flag(p)
     p.set_defaults(func=commands.cmd_measure)
 

@@ -110,6 +110,7 @@ def cmd_measure(args) -> int:
     """Measure one variant and the baseline; static estimates are labelled as such, and the
     static backend says that it checked no output (no GPU ran the kernel)."""
     import os
+    import time
 
     from genomes.genome import Genome, load_genome
     from harness.backends import make_backend
@@ -125,8 +126,11 @@ def cmd_measure(args) -> int:
     with Store(store_path) as store, make_backend(args.backend, store=store, gpus=[args.gpu],
                                                   device=args.device, seed=args.seed) as backend:
         evaluator = Evaluator(backend, store)
+        start = time.perf_counter()
         base = evaluator.baseline(spec)
+        base_seconds, start = time.perf_counter() - start, time.perf_counter()
         m = evaluator.evaluate(spec, [genome])[0]
+        variant_seconds = time.perf_counter() - start
     static = m.is_static or backend.name == "static" or (backend.device == "static")
     if args.json:
         json_output.emit(json_output.measure_doc(spec, genome, m, base, backend, store_path,
@@ -165,7 +169,34 @@ def cmd_measure(args) -> int:
     if m.valid and base.valid and m.cycles and base.cycles:
         say(f"speedup:    {base.cycles / m.cycles:.2f}x vs baseline", estimate=True)
     say(f"store:      {store_path} ({'cached' if m.cached else 'new'})")
+    if args.verbose:
+        for line in _time_lines(base, base_seconds, m, variant_seconds, evaluator.stats):
+            say(line)
     return exit_codes.OK if m.valid else exit_codes.FAILURE
+
+
+def _time_lines(base, base_seconds: float, m, seconds: float, stats) -> list[str]:
+    """Where ``evo measure``'s time went (``-v``): the host's stages of the variant's
+    evaluation, then the worker's phases of each fresh measurement (``harness.phases``)."""
+    from harness.phases import format_phases
+
+    lines = [f"time:       baseline {base_seconds:.3f} s (starting the backend included), "
+             f"variant {seconds:.3f} s"]
+    other = seconds - stats.apply_seconds - stats.compile_seconds - stats.measure_seconds
+    lines.append(f"  variant on the host: apply {stats.apply_seconds * 1e3:.1f} ms, ptxas "
+                 f"{stats.compile_seconds * 1e3:.1f} ms, backend {stats.measure_seconds * 1e3:.1f} ms"
+                 + (f" (the measurement itself {m.seconds * 1e3:.1f} ms)"
+                    if stats.measure_seconds and not m.cached else "")
+                 + f", store and the rest {max(other, 0) * 1e3:.1f} ms")
+    for label, which in (("variant", m), ("baseline", base)):
+        phases = which.notes.get("phases")
+        if which.cached or not phases:
+            lines.append(f"  {label} in the worker: "
+                         + ("answered from the store" if which.cached else "no phases recorded"))
+            continue
+        lines.append(f"  {label} in the worker ({sum(phases.values()) * 1e3:.1f} ms):")
+        lines += format_phases(phases, indent="    ")
+    return lines
 
 
 def cmd_stability(args) -> int:

@@ -3,6 +3,8 @@
     python -m harness.bench_throughput --seconds 60 --backend gpu [--gpus 0,1] [--out bench.json]
     python -m harness.bench_throughput --seconds 60 --backend gpu --cluster local
     python -m harness.bench_throughput --seconds 5 --backend static     # CPU smoke test
+    python -m harness.bench_throughput --seconds 20 --per-kernel \
+        --kernels gemm_tile_4x6x8,relu,relu@4M,relu@16M,relu_dram,softmax   # by kernel size
 
 Random genomes (seeded, ``genomes.variation.random_genome``) over the 64 gemm_tile kernels
 m, n, k in {2, 4, 6, 8}, one batch per kernel in turn, through the full ``Evaluator``
@@ -13,8 +15,14 @@ time runs out are finished and counted (the rate divides by the real elapsed tim
 
 Reports unique candidates per second (distinct PTX that had to be compiled), unique code
 measured per second, the store's dedup hit rates, valid/invalid counts by reason, the
-device and the compile pool size; ``--out`` also writes it as JSON. A static run says so
-on every line with a number: it estimates, it does not measure.
+device and the compile pool size, and the mean seconds per candidate of each phase of the
+GPU worker's measurement (``harness.phases``); ``--out`` also writes it as JSON. A static
+run says so on every line with a number: it estimates, it does not measure.
+
+``--per-kernel`` runs the benchmark once per kernel named (``--seconds`` each) and prints
+a table, so rates of a one-thread tile and of 64M elements are not averaged together.
+``NAME@4M`` names a suite elementwise kernel (every buffer of one length, a scalar ``n``)
+resized to 4M elements (``resized``).
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import dataclasses
 import json
+import math
 import random
 import sys
 import tempfile
@@ -38,6 +48,36 @@ from harness.store import Store
 from harness.suite import find_kernel, gemm_tiles
 
 STATIC_TAG = "static estimate, not measured"
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def resized(spec, count: int):
+    """``spec`` (an elementwise kernel: every buffer ``count`` long, a scalar ``n`` giving
+    it, a 1-D grid) with ``count`` elements, named ``NAME@<count>``; ValueError otherwise."""
+    counts = {p.count for p in spec.buffers()}
+    names = {p.name for p in spec.scalars()}
+    if len(counts) != 1 or "n" not in names or spec.grid[1:] != (1, 1):
+        raise ValueError(f"{spec.name} is not an elementwise kernel (buffers of one length, "
+                         f"a scalar n): it cannot be resized")
+    params = tuple(dataclasses.replace(p, count=count) if p.kind == "buffer" else
+                   dataclasses.replace(p, value=count) if p.name == "n" else p
+                   for p in spec.params)
+    label = next((f"{count // u}{k}" for k, u in reversed(_UNITS.items()) if count % u == 0),
+                 str(count))
+    return dataclasses.replace(spec, name=f"{spec.name}@{label}", params=params,
+                               grid=(math.ceil(count / spec.block[0]), 1, 1))
+
+
+def kernel_spec(name: str):
+    """A suite kernel by name, or ``NAME@4M`` (``resized``: K, M, G or a plain count)."""
+    if "@" not in name:
+        return find_kernel(name)
+    base, size = name.split("@", 1)
+    unit = _UNITS.get(size[-1:].upper(), 1)
+    digits = size[:-1] if unit > 1 else size
+    if not digits.isdigit() or int(digits) < 1:
+        raise ValueError(f"{name}: the size after @ is a count such as 4M, 65536 or 1G")
+    return resized(find_kernel(base), int(digits) * unit)
 
 
 def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, seed: int = 0,
@@ -48,19 +88,28 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
     rng = random.Random(seed)
     names = kernels or gemm_tiles()
     reasons: collections.Counter = collections.Counter()
+    phases: collections.Counter = collections.Counter()  # worker seconds by phase, summed
+    fresh = 0  # measurements the worker made (not store answers)
+    specs = [kernel_spec(n) for n in names]
     batches = 0
     with tempfile.TemporaryDirectory(prefix="evo-bench-") as tmp, \
             Store(Path(tmp, "store.sqlite")) as store, \
             make_backend(backend_kind, store=store, gpus=gpus, seed=seed,
                          cluster=cluster, cluster_compile=cluster_compile) as backend:
         evaluator = Evaluator(backend, store)
+        # Start-up apart from the rate: the backend's worker and each kernel's baseline
+        # (its first measurement compiles CuPy's kernels, cold the first time on a machine).
+        setup = time.perf_counter()
+        for spec in specs:
+            evaluator.baseline(spec)
+        setup = time.perf_counter() - setup
         drawn = 0
 
         def submit_next(pool):
             # Genomes are drawn here, in the calling thread, so the sequence does not
             # depend on how the preparing threads interleave.
             nonlocal drawn
-            spec = find_kernel(names[drawn % len(names)])
+            spec = specs[drawn % len(specs)]
             drawn += 1
             genomes = [random_genome(rng, 1, max_len) for _ in range(batch)]
             return pool.submit(evaluator.prepare, spec, genomes)
@@ -83,12 +132,16 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
                     continue
                 for m in measuring.popleft().result():
                     reasons["ok" if m.valid else m.reason.split(":", 1)[0]] += 1
+                    if not m.cached and m.notes.get("phases"):
+                        fresh += 1
+                        phases.update(m.notes["phases"])
                 batches += 1
         elapsed = time.perf_counter() - start
         evaluator.close()
         stats = evaluator.stats.to_json()
         summary = {
             "backend": backend.name, "device": backend.device, "chosen_because": backend.chosen_because,
+            "startup_seconds": round(setup, 3),
             # device, not backend name: a cluster of static workers estimates too
             "static": backend.device == "static", "seconds": round(elapsed, 3), "batches": batches,
             "batch_size": batch, "seed": seed, "kernels": len(names), "ahead": ahead,
@@ -102,6 +155,8 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
             "pipeline": stats, "store": store.stats(),
             "valid": reasons.get("ok", 0), "invalid": sum(reasons.values()) - reasons.get("ok", 0),
             "by_reason": dict(reasons.most_common()),
+            # mean worker seconds per fresh measurement, by phase (harness.phases)
+            "phases": {name: round(s / fresh, 6) for name, s in phases.most_common()} if fresh else {},
         }
     return summary
 
@@ -111,7 +166,8 @@ def format_summary(s: dict) -> str:
     p = s["pipeline"]
     lines = [
         f"backend {s['backend']} on {s['device']}" + (f" ({s['chosen_because']})" if s["chosen_because"] else ""),
-        f"{s['seconds']:.1f} s, {s['batches']} batches of {s['batch_size']} genomes over {s['kernels']} kernels, "
+        f"{s['seconds']:.1f} s (after {s.get('startup_seconds', 0):.1f} s starting the backend and "
+        f"measuring the baselines), {s['batches']} batches of {s['batch_size']} genomes over {s['kernels']} kernels, "
         f"compile pool {s['compile_pool']}, {s['ahead']} batches prepared ahead, "
         f"{s.get('in_flight', 1)} measured at once"
         + (f", Dask cluster {s['cluster']} ({s['cluster_offers']['workers']} workers"
@@ -128,8 +184,28 @@ def format_summary(s: dict) -> str:
         f"valid {s['valid']}, invalid {s['invalid']}"
         + "".join(f"; {reason}: {n}" for reason, n in s["by_reason"].items() if reason != "ok"),
     ]
+    if s.get("phases"):
+        total = sum(s["phases"].values())
+        lines.append(f"worker time per measured candidate: {total * 1e3:.1f} ms; "
+                     + ", ".join(f"{name} {sec * 1e3:.1f}" for name, sec in list(s["phases"].items())[:8]))
     if s["static"]:
         lines = [f"{line}  [{STATIC_TAG}]" if any(c.isdigit() for c in line) else line for line in lines]
+    return "\n".join(lines)
+
+
+def format_table(per_kernel: dict[str, dict]) -> str:
+    """One row per kernel: its size, candidates measured per second, worker time per
+    candidate and its largest phases (``--per-kernel``)."""
+    lines = ["| kernel | buffers | measured/s | unique PTX/s | worker ms per candidate | largest phases (ms) |",
+             "|---|---|---|---|---|---|"]
+    for name, s in per_kernel.items():
+        spec = kernel_spec(name)
+        mib = sum(p.nbytes for p in spec.buffers()) / 2**20
+        phases = s.get("phases", {})
+        top = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in list(phases.items())[:4])
+        tag = f" [{STATIC_TAG}]" if s["static"] else ""
+        lines.append(f"| {name} | {mib:.2f} MiB | {s['measured_per_s']:.2f} | "
+                     f"{s['unique_candidates_per_s']:.2f} | {sum(phases.values()) * 1e3:.1f} | {top} |{tag}")
     return "\n".join(lines)
 
 
@@ -153,19 +229,30 @@ def main(argv: list[str] | None = None) -> int:
                         help="where ptxas runs with --cluster: the workers' hosts, this host, or "
                              "auto (this host for local, the workers for a scheduler address)")
     parser.add_argument("--kernels", help="comma-separated kernel names (default: the 64 gemm_tiles)")
+    parser.add_argument("--per-kernel", action="store_true",
+                        help="one benchmark per kernel (--seconds each) and a table of their rates")
     parser.add_argument("--out", type=Path, help="write the JSON summary here")
     args = parser.parse_args(argv)
     try:
         gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
         kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
-        summary = run_bench(args.seconds, args.backend, args.batch, args.seed, gpus, kernels,
-                            ahead=max(1, args.ahead), cluster=args.cluster,
-                            in_flight=max(1, args.in_flight),
-                            cluster_compile=args.cluster_compile)
+        for name in kernels or []:
+            kernel_spec(name)  # a bad name fails now, not after minutes of the others
+        groups = [[k] for k in kernels or gemm_tiles()] if args.per_kernel else [kernels]
+        summaries = []
+        for group in groups:
+            summaries.append(run_bench(args.seconds, args.backend, args.batch, args.seed, gpus,
+                                       group, ahead=max(1, args.ahead), cluster=args.cluster,
+                                       in_flight=max(1, args.in_flight),
+                                       cluster_compile=args.cluster_compile))
+            print(format_summary(summaries[-1]) + "\n", flush=True)
     except (EvoError, ValueError) as err:
         print(f"bench_throughput: error: {err}", file=sys.stderr)
         return 2
-    print(format_summary(summary))
+    summary = summaries[0]
+    if args.per_kernel:
+        summary = {"per_kernel": dict(zip([g[0] for g in groups], summaries))}
+        print(format_table(summary["per_kernel"]))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_suffix(args.out.suffix + ".tmp")

@@ -55,6 +55,8 @@ from collections import OrderedDict
 import numpy as np
 
 from harness import gate, gpu_timing, record, reuse_probe
+from harness.phases import Phases, no_phases
+from harness.spec import is_int_dtype
 from harness.arena import ARENA_BYTES
 from harness.estimate import summarize
 from harness.gpu_timing import STICKY_MARKERS, TimingFailed
@@ -127,6 +129,8 @@ def _spec_key(spec) -> tuple:
 
 class Runner:
     """One CUDA context on one device, with the caches that make a request cheap."""
+
+    phases = staticmethod(no_phases)  # a request's harness.phases.Phases while it is measured
 
     def __init__(self, device_id: int, arena_handle: bytes | None = None):
         import cupy
@@ -222,6 +226,29 @@ class Runner:
     def changed_guard(self, guards) -> str | None:
         """The reason when a guard range no longer holds only the canary byte (compared
         on the GPU: the ranges span most of the arena), else None."""
+        if gate.array_module(self._arena) is np:  # a host arena (tests): the array code
+            return self._changed_guard_reason(guards)
+        from harness.gate_device import flag_ne, new_flag
+
+        # One pass over 8-byte words (the ranges span most of the arena), the ends that are
+        # not whole words byte by byte, every range into one flag read back once; the
+        # reason's figures only where something changed.
+        byte = np.uint8(gate.CANARY_BYTE)
+        word = np.uint64(int.from_bytes(bytes([gate.CANARY_BYTE]) * 8, "little"))
+        flag = new_flag()
+        for _, lo, hi in guards:
+            mid_lo, mid_hi = min(-(-lo // 8) * 8, hi), max(hi // 8 * 8, lo)
+            if mid_lo < mid_hi:
+                flag_ne(self._arena[mid_lo:mid_hi].view(self.cp.uint64), word, flag)
+                flag_ne(self._arena[lo:mid_lo], byte, flag)
+                flag_ne(self._arena[mid_hi:hi], byte, flag)
+            else:
+                flag_ne(self._arena[lo:hi], byte, flag)
+        if not flag.get()[0]:
+            return None
+        return self._changed_guard_reason(guards)
+
+    def _changed_guard_reason(self, guards) -> str | None:
         for where, lo, hi in guards:
             changed = self._arena[lo:hi] != gate.CANARY_BYTE
             if bool(changed.any()):
@@ -251,13 +278,15 @@ class Runner:
             if data is None:
                 if any(k[0] != key[0] for k in self._device_seeds):
                     self._device_seeds.clear()  # another kernel's: free its gigabytes
-                data = _lru_put(self._device_seeds, key, self._make_seed_data(spec, seed, self.cp),
-                                _DEVICE_SEEDS)
+                with self.phases("inputs drawn"):
+                    data = self._make_seed_data(spec, seed, self.cp)
+                data = _lru_put(self._device_seeds, key, data, _DEVICE_SEEDS)
             return data
         data = _lru_get(self._seeds, key)
         if data is None:
-            data = _lru_put(self._seeds, key, self._make_seed_data(spec, seed, np),
-                            _CACHE_LIMITS["seeds"])
+            with self.phases("inputs drawn"):
+                data = self._make_seed_data(spec, seed, np)
+            data = _lru_put(self._seeds, key, data, _CACHE_LIMITS["seeds"])
         return data
 
     @staticmethod
@@ -351,7 +380,7 @@ class Runner:
         device = self.judged_on_device(spec)
         for i, bufs in enumerate(sets):
             seed = seeds[i % len(seeds)]
-            after = {name: (buf.copy() if device else buf.get()) for name, buf in bufs.items()}
+            after = {name: (buf if device else buf.get()) for name, buf in bufs.items()}
             inputs, _ = self.seed_data(spec, seed)
             ok, reason = gate.check_launch(spec, inputs, after, self.baseline_outputs(request, seed),
                                            canary_only=canary_only)
@@ -372,15 +401,19 @@ class Runner:
 
     def run_checked(self, fn, spec, seed: int, shape=None, images: dict | None = None) -> dict:
         """Upload one seed's images (or ``images``), launch once, synchronize; every
-        buffer's image read back (into device copies for a kernel judged on the GPU)."""
+        buffer's image read back (host copies), or for a kernel judged on the GPU the
+        buffers themselves: judge them before the next launch, copy what is kept."""
         bufs = self.buffers(spec)
         images = images if images is not None else self.seed_data(spec, seed)[1]
-        self.upload(spec, bufs, images)
-        self.launch(fn, spec, self.args(spec, bufs), shape=shape)
-        self.stream.synchronize()  # a fault in the kernel raises here
-        if self.judged_on_device(spec):
-            return {p.name: bufs[p.name].copy() for p in spec.buffers()}
-        return {p.name: bufs[p.name].get() for p in spec.buffers()}
+        with self.phases("upload"):
+            self.upload(spec, bufs, images)
+        with self.phases("launch"):
+            self.launch(fn, spec, self.args(spec, bufs), shape=shape)
+            self.stream.synchronize()  # a fault in the kernel raises here
+        with self.phases("read back"):
+            if self.judged_on_device(spec):  # judged in place, before the next upload
+                return {p.name: bufs[p.name] for p in spec.buffers()}
+            return {p.name: bufs[p.name].get() for p in spec.buffers()}
 
     def healthy(self) -> bool:
         """False when the context is unusable (a sticky error): a tiny memset must succeed."""
@@ -402,15 +435,33 @@ class Runner:
         outputs = _lru_get(self._baselines, key)
         if outputs is not None:
             return outputs
+        with self.phases("baseline outputs"):
+            return self._baseline_outputs(request, seed, key)
+
+    def _baseline_outputs(self, request, seed: int, key: tuple) -> dict:
+        spec = request.spec
         try:
             after = self.run_checked(self.function(request.baseline_cubin, spec.entry), spec, seed)
         except self.cuda_errors as err:
             raise _Failed(f"{BASELINE_FAILED}: {record.LAUNCH_ERROR}: {err}") from None
-        inputs, _ = self.seed_data(spec, seed)
+        inputs, images = self.seed_data(spec, seed)
         ok, reason = gate.check_launch(spec, inputs, after, None)
+        outputs = {p.name: gate.split_canary(after[p.name], p)[0].copy() for p in spec.outputs()}
+        ints = [p for p in spec.outputs() if p.role == "out" and is_int_dtype(p.dtype)]
+        if not ok and reason.startswith(record.UNWRITTEN) and ints:
+            # An integer's poison (all ones: -1) is a value too; launched again on zeroed
+            # outputs, an element written holds its value, one never written holds zero.
+            xp = gate.array_module(next(iter(images.values())))
+            zeroed = dict(images)
+            for p in ints:
+                zeroed[p.name] = gate.with_canary(xp.zeros(p.count, dtype=spec.numpy_dtype(p.dtype)))
+            again = self.run_checked(self.function(request.baseline_cubin, spec.entry), spec, seed,
+                                     images=zeroed)
+            refilled = {p.name: gate.split_canary(again[p.name], p)[0] for p in ints}
+            first = {**after, **{p.name: gate.with_canary(outputs[p.name]) for p in spec.outputs()}}
+            ok, reason = gate.check_launch(spec, inputs, first, None, refilled=refilled)
         if not ok:
             raise _Failed(f"{BASELINE_FAILED}: {reason} ({gate.seed_label(seed)})")
-        outputs = {p.name: gate.split_canary(after[p.name], p)[0] for p in spec.outputs()}
         if request.check_reference and not gate.is_stress_seed(seed):
             host_inputs = {name: value if gate.array_module(value) is np else value.get()
                            for name, value in inputs.items()}
@@ -433,7 +484,8 @@ class Runner:
         fn = self.function(request.cubin, spec.entry)
         expected = self.baseline_outputs(request, seed)
         guards = self.guards(spec)
-        self.fill_guards(guards)
+        with self.phases("guards filled"):
+            self.fill_guards(guards)
         images = None
         if prefill is not None:
             images = dict(self.seed_data(spec, seed)[1])
@@ -442,15 +494,17 @@ class Runner:
                     images[p.name] = gate.with_canary(prefill[p.name])
         after = self.run_checked(fn, spec, seed, request.launch, images)
         where = gate.seed_label(seed) + (f", {when}" if when else "")
-        reason = self.changed_guard(guards)
+        with self.phases("guards compared"):
+            reason = self.changed_guard(guards)
         if reason:
             raise _Failed(f"{reason} ({where})")
         inputs, _ = self.seed_data(spec, seed)
-        ok, reason = gate.check_launch(spec, inputs, after, expected,
-                                       stress=gate.is_stress_seed(seed))
-        if not ok:
-            raise _Failed(f"{reason} ({where})")
-        return {p.name: gate.split_canary(after[p.name], p)[0] for p in spec.outputs()}
+        with self.phases("outputs compared"):
+            ok, reason = gate.check_launch(spec, inputs, after, expected,
+                                           stress=gate.is_stress_seed(seed))
+            if not ok:
+                raise _Failed(f"{reason} ({where})")
+            return {p.name: gate.split_canary(after[p.name], p)[0].copy() for p in spec.outputs()}
 
     def check(self, request) -> dict:
         """The correctness gate over every check seed; raises _Failed with the first reason.
@@ -460,13 +514,15 @@ class Runner:
         for seed in request.check_seeds:
             got[seed] = self.check_seed(request, seed)
             expected = self.baseline_outputs(request, seed)
-            worst = tuple(map(max, worst, gate.max_error(got[seed], expected, spec)))
+            with self.phases("max error"):
+                worst = tuple(map(max, worst, gate.max_error(got[seed], expected, spec)))
         # Once more with the outputs holding the variant's own results on other inputs
         # instead of the poison: a variant that skips its work when it finds its outputs
         # written (or marked, in bits the tolerance leaves free) keeps a wrong answer.
         first, second = request.check_seeds[:2]
-        self.check_seed(request, second, f"outputs pre-filled with its own results on "
-                        f"{gate.seed_label(first)}", prefill=got[first])
+        with self.phases("pre-filled check"):
+            self.check_seed(request, second, f"outputs pre-filled with its own results on "
+                            f"{gate.seed_label(first)}", prefill=got[first])
         return {"max_abs_err": worst[0], "max_rel_err": worst[1]}
 
     # -------------------------------------------------------------- timing
@@ -486,18 +542,24 @@ class Runner:
         if request.launch is not None:
             result.notes["launch"] = request.launch.to_json()
         result.notes["judged_on"] = "gpu" if self.judged_on_device(spec) else "host"
+        self.phases = phases = Phases(sync=self.stream.synchronize)
         try:
-            result.notes.update(self.check(request))
-            if spec.timing == "clock64":
-                samples, notes = gpu_timing.time_clock64(self, request)
-                stats = summarize(samples, batch=gpu_timing.CLOCK_BATCH)
-            else:
-                samples, notes = gpu_timing.time_events(self, request)
-                notes.update(reuse_probe.probe(self, request, self.function(request.cubin, spec.entry),
-                                               notes["us_per_launch"]))
-                stats = summarize(samples)
+            with phases("check"):
+                result.notes.update(self.check(request))
+            with phases("timing"):
+                if spec.timing == "clock64":
+                    samples, notes = gpu_timing.time_clock64(self, request)
+                    stats = summarize(samples, batch=gpu_timing.CLOCK_BATCH)
+                else:
+                    samples, notes = gpu_timing.time_events(self, request)
+                    stats = summarize(samples)
+            if spec.timing != "clock64":
+                with phases("reuse probe"):
+                    notes.update(reuse_probe.probe(self, request, self.function(request.cubin, spec.entry),
+                                                   notes["us_per_launch"]))
             stress = gate.stress_seed(request.check_seeds[0])
-            self.check_seed(request, stress, "after timing")  # module docstring, step 3
+            with phases("stress check"):
+                self.check_seed(request, stress, "after timing")  # module docstring, step 3
             result.notes["stress_check"] = f"passed ({gate.seed_label(stress)}, after timing)"
             result.valid, result.reason = True, record.OK
             result.cycles, result.p10, result.p90, result.n = (
@@ -512,6 +574,9 @@ class Runner:
         except Exception as err:  # a harness bug: say so rather than blame the variant
             result.reason = f"worker error: {type(err).__name__}: {err}"
             result.notes["traceback"] = traceback.format_exc(limit=8)
+        finally:
+            del self.phases  # the class's: nothing recorded between requests
+        result.notes["phases"] = phases.to_json()
         result.seconds = time.perf_counter() - t0
         return result
 

@@ -62,7 +62,14 @@ STICKY_MARKERS = ("IllegalAddress", "ILLEGAL_ADDRESS", "MisalignedAddress", "MIS
 """CUDA errors that leave the context unusable (the runner's ``healthy()`` also probes)."""
 
 CLOCK_BATCH = 8  # clock64 launches per upload of the inputs and readback of the clock words
-EVENTS_CHUNK = 10  # events-mode replays between two looks at the stopping rule
+EVENTS_CHUNK = 5  # events-mode replays between two looks at the stopping rule
+EVENTS_MIN_SAMPLES = 10
+"""Events timing's least number of graph replays, each averaging ``graph_launches``
+launches: the request's ``min_reps`` counts launches, so a graph of k launches needs
+``ceil(min_reps / k)`` replays, and never fewer than this, for the standard error the
+stopping rule reads to mean something. Before, ``min_reps`` (30) counted replays of ~1 ms
+each: 30 ms per candidate whatever the precision reached (relu@4M: a third of its
+measurement, H200, BENCHMARKS.md session 14)."""
 GRAPH_TARGET_S = 1e-3  # an events-mode graph replay should take about this long
 MAX_GRAPH_LAUNCHES = 256
 COLD_FACTOR = 4  # cold: this many L2s of other data pass between two uses of one buffer set
@@ -248,7 +255,8 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         cycles = batch(min(CLOCK_BATCH, request.max_reps - len(samples)))
         samples += cycles
         variances.append(float(np.var(cycles)))
-    runner.check_sets(request, [bufs], [seeds[(batches[0] - 1) % 2]], "after timing")
+    with runner.phases("timed buffers checked"):
+        runner.check_sets(request, [bufs], [seeds[(batches[0] - 1) % 2]], "after timing")
     return samples, {"launches_per_upload": f"1 untimed + {CLOCK_BATCH} + 1 settle",
                      "timed_inputs": ("batches alternate between two input sets that differ "
                                       "in every element; outputs and inouts restored before "
@@ -270,6 +278,11 @@ def _probe(runner):
 
 def sm_mhz(runner) -> float:
     """The SM clock now, in MHz: Δ%clock64 / Δ%globaltimer over a ~1 ms spin of one thread."""
+    with runner.phases("SM clock probed"):
+        return _sm_mhz(runner)
+
+
+def _sm_mhz(runner) -> float:
     _probe(runner)((1, 1, 1), (1, 1, 1), (runner.probe_out, np.uint64(PROBE_SPIN_NS)))
     runner.stream.synchronize()
     t0, t1, c0, c1 = (int(v) for v in runner.probe_out.get())
@@ -309,12 +322,14 @@ def time_events(runner, request) -> tuple[list[float], dict]:
     k = max(copies, k // copies * copies)  # whole rotations: no set is reused early
     notes = {"graph_launches": k, "caches": caches_note(spec, held, copies, runner.l2_bytes),
              "placement": runner.placement(spec)}
-    replay, failed = replayable(runner, loop(k))
+    with runner.phases("graph captured"):
+        replay, failed = replayable(runner, loop(k))
     if failed:
         notes["graph"] = f"{failed}; timed a loop of {k} launches on one stream"
     mhz_before = sm_mhz(runner)
     samples: list[float] = []
-    while not precise_enough(samples, request.min_reps, request.max_reps, request.target_rel_sem):
+    least = min(request.max_reps, max(EVENTS_MIN_SAMPLES, -(-request.min_reps // k)))
+    while not precise_enough(samples, least, request.max_reps, request.target_rel_sem):
         for _ in range(min(EVENTS_CHUNK, request.max_reps - len(samples))):
             samples.append(elapsed_us(runner, replay, k))
     mhz_after = sm_mhz(runner)
@@ -325,13 +340,16 @@ def time_events(runner, request) -> tuple[list[float], dict]:
     # failed as its own baseline when only the inout was spared (H200, session 13).
     inouts = any(p.role == "inout" for p in spec.buffers())
     spared = frozenset(p.name for p in spec.outputs()) if inouts else frozenset()
-    runner.check_sets(request, runner.buffer_sets(spec, copies), seeds, "after timing",
-                      canary_only=spared)
+    with runner.phases("timed buffers checked"):
+        runner.check_sets(request, runner.buffer_sets(spec, copies), seeds, "after timing",
+                          canary_only=spared)
     mhz = (mhz_before + mhz_after) / 2
     moved = spec.bytes_read + spec.bytes_written  # the least the kernel must move
     notes.update(sm_mhz_before=round(mhz_before, 1), sm_mhz_after=round(mhz_after, 1),
                  sm_mhz=round(mhz, 1), us_per_launch=float(np.median(samples)),
-                 bytes_moved=moved, copy_gbps=round(copy_gbps(runner, moved, spec.caches), 1))
+                 bytes_moved=moved)
+    with runner.phases("copy roofline"):
+        notes["copy_gbps"] = round(copy_gbps(runner, moved, spec.caches), 1)
     return [us * mhz for us in samples], notes
 
 

@@ -290,3 +290,19 @@ def test_gate_on_gpu_catches_broken_variants():
     for reason, ptx in variants.items():
         ok, got = _gate_on_gpu(spec, ptx)
         assert not ok and got.startswith(reason + ":"), got
+
+
+def test_an_integer_output_of_minus_one_is_written_when_a_launch_on_zeros_wrote_it_too():
+    """All ones is the int poison and also a value (3a + b = -1): an element is unwritten
+    only where a second launch, on zeroed outputs, left zero."""
+    spec = replace(find_kernel("relu"), params=(
+        BufferParam("x", "i32", 4, "in"), BufferParam("y", "i32", 4, "out")))
+    out = np.array([-1, 5, -1, 7], dtype=np.int32)
+    ok, reason = compare({"y": out}, None, spec)
+    assert not ok and reason.startswith(record.UNWRITTEN) and "2 of 4" in reason
+    # The second launch wrote -1 at 0 and 2 again: both are values.
+    assert compare({"y": out}, None, spec, refilled={"y": out.copy()}) == (True, record.OK)
+    # It left element 2 at zero: never written, and named.
+    again = np.array([-1, 5, 0, 7], dtype=np.int32)
+    ok, reason = compare({"y": out}, None, spec, refilled={"y": again})
+    assert not ok and "1 of 4" in reason and "y[2]" in reason

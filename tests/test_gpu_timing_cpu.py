@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from harness import gpu_timing, instrument
+from harness.phases import no_phases
 from harness.suite import find_kernel
 from harness.worker import MeasureRequest
 
@@ -34,6 +35,8 @@ class FakeDeviceArray:
 
 
 class FakeRunner:
+    phases = staticmethod(no_phases)
+
     def __init__(self, broken: bool = False):
         self.clock_buf = FakeDeviceArray(np.zeros(4096, dtype=np.uint64))
         self.stream = type("Stream", (), {"synchronize": lambda self: None})()
