@@ -155,6 +155,25 @@ def finalist_lines(checkpoint: dict) -> list[str]:
     return lines
 
 
+TIME_STEPS = ("search", "finalist check", "measured again", "peer")
+
+
+def time_lines(checkpoint: dict) -> list[str]:
+    """Where the run's time went: each kernel's steps in wall seconds (``evo.run._Seconds``)."""
+    rows = [(kernel, data["seconds"]) for kernel, data in checkpoint.get("kernels", {}).items()
+            if data.get("seconds")]
+    if not rows:
+        return []
+    steps = [s for s in TIME_STEPS if any(s in sec for _, sec in rows)]
+    lines = ["Where the time went (wall seconds per kernel; a kernel resumed mid-search counts "
+             "from the resume):", "",
+             "| kernel | " + " | ".join(steps) + " | total |", "|" + " --- |" * (len(steps) + 2)]
+    for kernel, sec in rows:
+        cells = [f"{sec[s]:.1f}" if s in sec else "-" for s in steps]
+        lines.append(f"| {kernel} | " + " | ".join(cells) + f" | {sum(sec.values()):.1f} |")
+    return lines
+
+
 def _rate(summary: dict | None) -> str | None:
     """"2.26 µs = 3712 GB/s (107 % of the copy)" for an events-timed valid measurement."""
     s = summary or {}
@@ -211,7 +230,8 @@ def render_report(run: RunDir, results: list[KernelResult], backend: str,
     if llm:
         lines += [""] + [f"- {line}" for line in llm_lines(llm)]
     checkpoint = run.read_checkpoint() if run.has_checkpoint() else {}
-    for section in (memory_lines(results, checkpoint), finalist_lines(checkpoint)):
+    for section in (memory_lines(results, checkpoint), finalist_lines(checkpoint),
+                    time_lines(checkpoint)):
         if section:
             lines += [""] + section
     if any(r.confirmed for r in results):

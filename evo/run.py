@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import tomllib
 from contextlib import contextmanager
 from pathlib import Path
@@ -197,25 +198,33 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         config_k = config.override("run", max_evals=budgets[spec.name]) if budgets else config
         bar = progress.start_kernel(spec.name, _total_generations(config), slot)
         prior = ledger.checkpoint["priors"].get(spec.name)
+        start = time.perf_counter()
         result = search_kernel(spec.name, config_k, _measurer(evaluator, spec, bar, stop),
                                ledger.events, ledger.checkpoint, ledger.save,
                                on_generation=bar.generation, spec=spec, llm=llm, prior=prior,
                                code_keys=functools.partial(evaluator.code_keys, spec))
         saved = ledger.checkpoint["kernels"][spec.name]
+        spent = _Seconds(saved)
+        spent.add("search", start)
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
+            start = time.perf_counter()
             _check_finalist(spec, result, saved, ledger.events)
+            spent.add("finalist check", start)
             ledger.save()
         _write_best(run, spec, result)
         if config.run.confirm and backend.remeasures:
-            before = saved.get("confirmed")
+            start, before = time.perf_counter(), saved.get("confirmed")
             result.confirmed = confirm(backend, spec, result, saved)
+            spent.add("measured again", start)
             if result.confirmed is not before:  # not the checkpoint's (resumed) one
                 ledger.events([{"type": "confirm", "kernel": spec.name, **result.confirmed}])
             ledger.save()
         if backend.remeasures and spec.peer and "peer" not in saved:
             progress.note(f"{spec.name}: timing its peer {spec.peer}")
+            start = time.perf_counter()
             saved["peer"] = peer_or_reason(spec, config.run.gpus[0])
-            ledger.save()
+            spent.add("peer", start)
+        ledger.save()  # the steps' seconds, the peer
         bar.end(result)
         return result
 
@@ -235,6 +244,19 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
                                                      checkpoint.get("llm"))
                    + "".join(f"{line}\n" for line in learn_source.report_lines(checkpoint)))
     return results
+
+
+class _Seconds:
+    """Wall seconds of a kernel's steps (search, finalist check, measured again, peer), kept
+    in its checkpoint entry as ``seconds``: report.md's table of where the run's time went.
+    A finished kernel's steps run again on a resume add to them; a search resumed midway
+    rebuilds the entry (``search_kernel``), so its figure counts from the resume."""
+
+    def __init__(self, saved: dict):
+        self.seconds = saved.setdefault("seconds", {})
+
+    def add(self, step: str, start: float) -> None:
+        self.seconds[step] = round(self.seconds.get(step, 0.0) + time.perf_counter() - start, 3)
 
 
 def confirm(backend, spec: KernelSpec, result, saved: dict) -> dict:
