@@ -160,13 +160,12 @@ TIME_STEPS = ("search", "finalist check", "measured again", "peer")
 
 def time_lines(checkpoint: dict) -> list[str]:
     """Where the run's time went: each kernel's steps in wall seconds (``evo.run._Seconds``)."""
-    rows = [(kernel, data["seconds"]) for kernel, data in checkpoint.get("kernels", {}).items()
-            if data.get("seconds")]
+    rows = [(kernel, sec) for kernel, sec in checkpoint.get("seconds", {}).items() if sec]
     if not rows:
         return []
     steps = [s for s in TIME_STEPS if any(s in sec for _, sec in rows)]
-    lines = ["Where the time went (wall seconds per kernel; a kernel resumed mid-search counts "
-             "from the resume):", "",
+    lines = ["Where the time went (wall seconds per kernel; a search cut midway counts from "
+             "the resume):", "",
              "| kernel | " + " | ".join(steps) + " | total |", "|" + " --- |" * (len(steps) + 2)]
     for kernel, sec in rows:
         cells = [f"{sec[s]:.1f}" if s in sec else "-" for s in steps]

@@ -204,7 +204,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
                                on_generation=bar.generation, spec=spec, llm=llm, prior=prior,
                                code_keys=functools.partial(evaluator.code_keys, spec))
         saved = ledger.checkpoint["kernels"][spec.name]
-        spent = _Seconds(saved)
+        spent = _Seconds(ledger.checkpoint, spec.name)
         spent.add("search", start)
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             start = time.perf_counter()
@@ -248,12 +248,12 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
 
 class _Seconds:
     """Wall seconds of a kernel's steps (search, finalist check, measured again, peer), kept
-    in its checkpoint entry as ``seconds``: report.md's table of where the run's time went.
-    A finished kernel's steps run again on a resume add to them; a search resumed midway
-    rebuilds the entry (``search_kernel``), so its figure counts from the resume."""
+    in the checkpoint's ``seconds`` section (apart from the kernel's entry, which a resumed
+    run must rebuild identically): report.md's table of where the run's time went. Steps
+    run again on a resume add to them; a search cut midway counts from the resume."""
 
-    def __init__(self, saved: dict):
-        self.seconds = saved.setdefault("seconds", {})
+    def __init__(self, checkpoint: dict, kernel: str):
+        self.seconds = checkpoint.setdefault("seconds", {}).setdefault(kernel, {})
 
     def add(self, step: str, start: float) -> None:
         self.seconds[step] = round(self.seconds.get(step, 0.0) + time.perf_counter() - start, 3)

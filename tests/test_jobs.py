@@ -50,7 +50,8 @@ def rows(run_dir) -> list[str]:
 
 def final(run_dir) -> tuple:
     checkpoint = json.loads((run_dir / "checkpoint.json").read_text())
-    table = [ln for ln in (run_dir / "report.md").read_text().splitlines() if ln.startswith("| ")]
+    report = (run_dir / "report.md").read_text().split("Where the time went")[0]  # wall seconds
+    table = [ln for ln in report.splitlines() if ln.startswith("| ")]
     priors = {k: {**p, "sources": None} for k, p in checkpoint.get("priors", {}).items()}
     for entry in checkpoint["kernels"].values():  # "cached": the store copy held them all
         for summary in entry["known"].values():
