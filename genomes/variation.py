@@ -69,8 +69,9 @@ def mutate(genome: Genome, rng: random.Random, max_len: int = 8,
 
 
 def reparameterize(gene: Gene, rng: random.Random) -> Gene:
-    """The same transform with one parameter redrawn (integer ranges move locally).
-    A patch gene has no parameters and comes back unchanged."""
+    """The same transform with one parameter redrawn (an integer range moves by one of its
+    ``Param.steps``, kept inside the range). A patch gene has no parameters and comes back
+    unchanged."""
     if not isinstance(gene, Gene):
         return gene
     t = transforms.get(gene.transform)
@@ -79,7 +80,7 @@ def reparameterize(gene: Gene, rng: random.Random) -> Gene:
     p = rng.choice(t.params)
     current = dict(gene.params)
     if p.choices is None:  # e.g. maxnreg: a nearby budget more often than a random one
-        step = rng.choice([-32, -16, -8, 8, 16, 32])
+        step = rng.choice(p.steps())
         value = min(p.high, max(p.low, int(current[p.name]) + step))
     else:
         value = p.sample(rng)
@@ -105,7 +106,8 @@ def crossover_uniform(a: Genome, b: Genome, rng: random.Random,
     return Genome(tuple(g1)).effective(), Genome(tuple(g2)).effective()
 
 
-MAXNREG_LADDER = (32, 64, 96, 128, 160, 192, 224, 255)
+MAXNREG_LADDER = transforms.get("maxnreg").param("n").values()
+"""The register budgets of the alphabet (maxnreg's own ``Param.ladder``)."""
 
 
 CHRONOS_TRANSFORMS = ("cache_ld", "cache_st", "maxnreg", "prefetch", "reorder", "split_ld",
@@ -114,15 +116,17 @@ CHRONOS_TRANSFORMS = ("cache_ld", "cache_st", "maxnreg", "prefetch", "reorder", 
 that its ceiling stays comparable as the library grows."""
 
 
-def gene_alphabet(maxnreg_values: tuple[int, ...] = MAXNREG_LADDER,
+def gene_alphabet(int_values: tuple[int, ...] | None = None,
                   names: tuple[str, ...] | None = None) -> list[Gene]:
-    """Every transform (of ``names``, default all) with every parameter value (integer
-    params at the given ladder)."""
+    """Every transform (of ``names``, default all) with every parameter value: choices,
+    and integer ranges at their own ``Param.values`` (or at ``int_values``, where given,
+    for every integer parameter: a test's wider sample)."""
     genes = []
     for t in transforms.registry().values():
         if names is not None and t.name not in names:
             continue
-        axes = [p.choices if p.choices is not None else maxnreg_values for p in t.params]
+        axes = [p.values() if p.choices is not None or int_values is None else int_values
+                for p in t.params]
         for combo in itertools.product(*axes):
             genes.append(Gene.make(t.name, **dict(zip((p.name for p in t.params), combo))))
     return genes

@@ -8,7 +8,7 @@ Two levels, both plain JSON.
 
 - each result becomes y = ln(baseline / cycles), clipped to +-ln 4; an invalid result
   (wrong answer, crash, ptxas error) counts as ln(1/4), four times slower;
-- per gene (register budgets snapped to ``MAXNREG_LADDER``, genomes read as sets of
+- per gene (register budgets snapped to maxnreg's ladder, ``Param.snap``, genomes read as sets of
   genes): its main effect, the mean change of y when the gene is added to a genome that
   was measured without it too (greedy's steps, a sweep, a mutation's insert or delete
   make such pairs), or where there is no such pair the ridge regression coefficient of y
@@ -61,15 +61,17 @@ class PriorsError(EvoError):
 
 
 def gene_key(gene) -> str:
-    """The name a gene is counted under: its text, with a register budget snapped to the
-    nearest value of the ladder (budgets 8 apart do much the same)."""
+    """The name a gene is counted under: its text, with each integer parameter snapped to
+    the nearest value of its ladder (``Param.snap``: register budgets 8 apart do much the
+    same)."""
+    from genomes import transforms
     from genomes.genome import Gene
-    from genomes.variation import MAXNREG_LADDER
 
-    if gene.transform == "maxnreg":
-        n = dict(gene.params)["n"]
-        return str(Gene.make("maxnreg", n=min(MAXNREG_LADDER, key=lambda v: abs(v - n))))
-    return str(gene)
+    if not isinstance(gene, Gene) or not gene.params:
+        return str(gene)
+    t = transforms.get(gene.transform)
+    params = {name: t.param(name).snap(value) for name, value in gene.params}
+    return str(gene) if params == dict(gene.params) else str(Gene.make(gene.transform, **params))
 
 
 def genome_keys(text: str) -> list[str] | None:

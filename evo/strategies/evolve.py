@@ -84,6 +84,7 @@ import threading
 
 from deap import base, tools
 
+from genomes import transforms
 from genomes.genome import Gene, Genome
 from genomes.variation import (crossover_one_point, crossover_uniform, mutate, random_gene,
                                random_genome)
@@ -331,19 +332,23 @@ def _sweep_and_stack(tb: base.Toolbox, search, generation: int) -> list[Genome]:
 
 def _neighbors(best: Genome, count: int, search, rng) -> list[Genome]:
     """Up to ``count`` unseen genomes one step from ``best``: a gene of the alphabet put in
-    (replacing its group's gene, if any), a gene taken out, or a register budget moved by
-    8 or 16. A memetic step: greedy's thoroughness near the best, evolution elsewhere."""
+    (replacing its group's gene, if any), a gene taken out, or an integer parameter moved
+    to a nearby value (``Param.nearby``: a register budget by 8 or 16). A memetic step:
+    greedy's thoroughness near the best, evolution elsewhere."""
     if count <= 0:
         return []
     moves = [_put(best, g) for g in search.alphabet()]
     moves += [Genome(best.genes[:i] + best.genes[i + 1:]) for i in range(len(best.genes))]
     for i, g in enumerate(best.genes):
-        if g.transform == "maxnreg":
-            n = dict(g.params)["n"]
-            for step in (-16, -8, 8, 16):
-                if 16 <= n + step <= 255:
-                    moves.append(Genome(best.genes[:i] + (Gene.make("maxnreg", n=n + step),)
-                                        + best.genes[i + 1:]))
+        if not isinstance(g, Gene):  # an LLM patch: no parameters
+            continue
+        params = dict(g.params)
+        for p in transforms.get(g.transform).params:
+            if p.choices is not None:
+                continue
+            for value in p.nearby(int(params[p.name])):
+                moved = Gene.make(g.transform, **{**params, p.name: value})
+                moves.append(Genome(best.genes[:i] + (moved,) + best.genes[i + 1:]))
     fresh = []
     for genome in moves:
         if genome != best and genome not in fresh and not search.seen(genome):

@@ -1,8 +1,8 @@
 """Sweep: every single gene alone on the baseline — the landscape of the transform library.
 
 One generation evaluates the baseline and every gene of the alphabet (each transform with
-each parameter value; ``maxnreg`` at a ladder of budgets). Budget: ``max_evals`` cuts the
-list short in alphabet order.
+each parameter value; an integer range at its ``Param.values``, maxnreg at its ladder of
+budgets). Budget: ``max_evals`` cuts the list short in alphabet order.
 """
 
 from __future__ import annotations

@@ -21,13 +21,56 @@ class NotApplicable(Exception):
 
 @dataclass(frozen=True)
 class Param:
-    """One parameter of a transform: a set of choices or an inclusive int range."""
+    """One parameter of a transform: a set of choices or an inclusive int range.
+
+    An int range says how searches move in it, so that no search code names a transform:
+    ``ladder``, the values an alphabet of genes enumerates (default: every value of a
+    range of at most 8, else 8 spread evenly from ``low`` to ``high``); ``moves``, the
+    steps a mutation re-parameterizing it takes (default: +-1, 2 and 4 eighths of the
+    range, at least 1). A local search steps by all but the largest move each way.
+    """
 
     name: str
     default: Any
     choices: tuple | None = None
     low: int | None = None
     high: int | None = None
+    ladder: tuple[int, ...] | None = None
+    moves: tuple[int, ...] | None = None
+
+    def values(self) -> tuple:
+        """The values an alphabet of genes takes: the choices, or the ladder."""
+        if self.choices is not None:
+            return tuple(self.choices)
+        if self.ladder is not None:
+            return tuple(self.ladder)
+        span = self.high - self.low
+        if span < 8:
+            return tuple(range(self.low, self.high + 1))
+        return tuple(sorted({self.low + round(i * span / 7) for i in range(8)}))
+
+    def steps(self) -> tuple[int, ...]:
+        """A mutation's local steps in an int range (``moves``), smallest magnitude first."""
+        if self.moves is not None:
+            return tuple(self.moves)
+        span = self.high - self.low
+        sizes = sorted({max(1, span * k // 8) for k in (1, 2, 4)})
+        return tuple(-s for s in reversed(sizes)) + tuple(sizes)
+
+    def nearby(self, value: int) -> list[int]:
+        """Values a local search tries from ``value``: every step but the largest each way,
+        those inside the range."""
+        steps = self.steps()
+        ups = sorted(s for s in steps if s > 0)[:-1] or [s for s in steps if s > 0]
+        downs = sorted((s for s in steps if s < 0), reverse=True)[:-1] or [s for s in steps if s < 0]
+        return [value + s for s in sorted(downs + ups) if self.low <= value + s <= self.high]
+
+    def snap(self, value):
+        """The ladder value nearest ``value`` (a choice is itself): what statistics over
+        genes count a value under."""
+        if self.choices is not None:
+            return value
+        return min(self.values(), key=lambda v: abs(v - int(value)))
 
     def coerce(self, value: Any) -> Any:
         """Return ``value`` in this parameter's type, or raise ValueError saying what fits."""

@@ -33,6 +33,8 @@ TRANSFORM = Transform(
     group="regs",
     summary="cap registers per thread with .maxnreg N",
     applies_when="every .entry (no change if it already has .maxnreg N)",
-    params=(Param("n", default=128, low=16, high=255),),
+    # Budgets 32 apart in the alphabet; a mutation moves 8-32, a local search 8 or 16.
+    params=(Param("n", default=128, low=16, high=255, ladder=(32, 64, 96, 128, 160, 192, 224, 255),
+                  moves=(-32, -16, -8, 8, 16, 32)),),
     apply=apply,
 )
