@@ -171,7 +171,8 @@ def measure(spec_or_name, genome=None, *, backend: str = "auto", store: str | Pa
     ``evo measure`` does: ptxas, the store, then the backend ("auto", "gpu", "replay" or
     "static"; a static figure has ``timer == "static"``: an estimate, not a measurement).
     ``store``: the measurement store (default ``$EVO_STORE`` or runs/store.sqlite;
-    ``":memory:"`` keeps nothing)."""
+    ``":memory:"`` keeps nothing). A static figure that assembled has ``valid`` None, not
+    True: no GPU ran the kernel, so its output was not checked (``unchecked``)."""
     from harness.backends import make_backend
     from harness.evaluate import Evaluator
     from harness.store import Store
@@ -184,9 +185,18 @@ def measure(spec_or_name, genome=None, *, backend: str = "auto", store: str | Pa
                                          seed=seed) as measurer:
         evaluator = Evaluator(measurer, db)
         try:
-            return evaluator.evaluate(spec, [genome])[0]
+            return unchecked(evaluator.evaluate(spec, [genome])[0])
         finally:
             evaluator.close()
+
+
+def unchecked(m: Measurement) -> Measurement:
+    """``m`` with ``valid`` None where it is a static estimate that assembled: the search
+    ranks such figures (``valid`` True inside), a caller must not read them as checked."""
+    if m.is_static and m.valid:
+        return dataclasses.replace(m, valid=None,
+                                   reason="not checked: a static estimate (no GPU ran the kernel)")
+    return m
 
 
 @dataclasses.dataclass(frozen=True)

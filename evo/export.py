@@ -29,7 +29,7 @@ from evo.rundir import RunDir, write_atomic
 from genomes.errors import EvoError
 from genomes.genome import Genome
 
-_LOADER = '''"""Load and launch {kernel}: the fastest correct variant evo found (run {run}).
+_LOADER = '''"""Load and launch {kernel}: {what} (run {run}).
 
     from load_{kernel} import launch
     launch({call})
@@ -138,7 +138,10 @@ def export_kernel(run_path: Path, kernel: str, out: Path | None = None,
     folder = out or run.path / "export" / kernel
     folder.mkdir(parents=True, exist_ok=True)
     call = ", ".join(p["name"] for p in params)
-    loader = _LOADER.format(kernel=kernel, run=run.path.name, call=call,
+    what = ("the variant ranked first by a static estimate; NOT checked for correctness: no "
+            "GPU ran it (measure it with evo measure on a GPU before use)" if static else
+            "the fastest correct variant evo found")
+    loader = _LOADER.format(kernel=kernel, what=what, run=run.path.name, call=call,
                             grid=tuple(launch["grid"]), block=tuple(launch["block"]),
                             genome=str(Genome.from_json(genome)))
     files = {f"{kernel}.ptx": ptx, f"{kernel}.cubin": compiled.cubin,

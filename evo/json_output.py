@@ -99,21 +99,33 @@ def show_doc(rundir, strategy: str, results, llm: dict | None) -> dict:
 
     kernels = []
     for r in results:
+        static = report.is_static(r)
         kernels.append({
-            "kernel": r.kernel, "baseline": r.baseline, "best": r.best,
+            "kernel": r.kernel, "baseline": _checked(r.baseline, static),
+            "best": _checked(r.best, static),
             "baseline_cycles": _valid_cycles(r.baseline), "best_cycles": _valid_cycles(r.best),
             "speedup": report.speedup(r), "best_genome": r.best_genome,
             "best_genome_text": str(Genome.from_json(r.best_genome)),
             "launch": (r.best or {}).get("launch"), "evals": r.evals,
             "generations": r.generations, "measured_again": r.confirmed,
-            "timer": "static" if report.is_static(r) else (r.best or {}).get("timer", ""),
-            **static_fields(report.is_static(r))})
+            "timer": "static" if static else (r.best or {}).get("timer", ""),
+            **static_fields(static)})
     static = any(report.is_static(r) for r in results)
     # The LLM's counters; its "state" (draw counts, answer digests, history) is what a
     # resume needs, not what a reader wants.
     llm = {k: v for k, v in llm.items() if k != "state"} if llm else llm
     return {"run": str(rundir.path), "strategy": strategy, "kernels": kernels, "llm": llm,
             **static_fields(static)}
+
+
+def _checked(summary: dict | None, static: bool) -> dict | None:
+    """A result summary as JSON gives it: ``valid`` null where a static estimate assembled
+    (its output was never checked; ``checked`` says so)."""
+    if not summary:
+        return summary
+    if static and summary.get("valid"):
+        return {**summary, "valid": None, "checked": False}
+    return {**summary, "checked": not static}
 
 
 def _valid_cycles(summary: dict | None) -> float | None:

@@ -37,7 +37,7 @@ class Measurement:
 
     kernel: str
     device: str
-    valid: bool
+    valid: bool | None  # None: not checked (evo.api.unchecked: a static estimate, at the API)
     reason: str = OK
     cycles: float | None = None
     p10: float | None = None
@@ -58,8 +58,9 @@ class Measurement:
 
     @property
     def fitness(self) -> float:
-        """What the search minimizes: median cycles, +inf when invalid."""
-        if not self.valid or self.cycles is None:
+        """What the search minimizes: median cycles, +inf when invalid (``valid`` None, an
+        unchecked static estimate, still ranks by its figure)."""
+        if self.valid is False or self.cycles is None:
             return math.inf
         return float(self.cycles)
 
@@ -77,6 +78,8 @@ class Measurement:
 
     def label(self) -> str:
         """A short human line: '697 cycles (clock64)' or 'invalid: wrong result ...'."""
+        if self.valid is None and self.cycles is not None:  # the API's unchecked estimate
+            return f"{self.cycles:.0f} cycles (static estimate, not measured; output not checked)"
         if not self.valid:
             return f"invalid: {self.reason}"
         tag = "static estimate, not measured" if self.is_static else self.timer

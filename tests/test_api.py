@@ -187,13 +187,19 @@ def test_from_triton_says_what_it_cannot_do():
 def test_measure_baseline_and_genome_on_static(tmp_path):
     spec, store = relu(), tmp_path / "store.sqlite"
     base = api.measure(spec, backend="static", store=store)
-    assert base.valid and base.is_static and base.cycles > 0
-    assert "static estimate, not measured" in base.label()
+    # valid None: it assembled, and no GPU ran it, so its output was not checked
+    assert base.valid is None and base.is_static and base.cycles > 0
+    assert "static estimate, not measured; output not checked" in base.label()
+    assert base.reason.startswith("not checked") and base.fitness == base.cycles
     m = api.measure(spec, "coarsen(k=4)", backend="static", store=store)
-    assert m.valid and m.is_static and [g["status"] for g in m.notes["genes"]] == ["applied"]
+    assert m.valid is None and m.is_static and [g["status"] for g in m.notes["genes"]] == ["applied"]
     again = api.measure(spec, Genome.from_json(["coarsen(k=4)"]), backend="static", store=store)
     assert again.cached and again.cycles == m.cycles
-    assert api.measure("relu", backend="static", store=":memory:").valid  # a suite name
+    assert api.measure("relu", backend="static", store=":memory:").cycles > 0  # a suite name
+    broken = spec.ptx_text().replace("ret;", "bogus_op;", 1)  # ptxas refuses it: checked, False
+    bad = api.measure(api.kernel(broken, grid=spec.grid, block=spec.block, params=list(spec.params)),
+                      backend="static", store=":memory:")
+    assert bad.valid is False and bad.reason.startswith("ptxas error")
     with pytest.raises(EvoError, match="replay"):
         api.measure(spec, backend="replay", store=tmp_path / "absent.sqlite")
     with pytest.raises(EvoError):
@@ -256,5 +262,5 @@ def test_readme_example_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     out = capsys.readouterr().out
-    assert "static estimate, not measured" in out and "valid: True" in out
+    assert "static estimate, not measured" in out and "valid: None" in out  # not checked
     assert (tmp_path / "runs" / "relu_api" / "report.md").is_file()

@@ -140,6 +140,6 @@ def test_an_nvcc_bf16_kernel_and_a_gene_go_through_ptxas_and_the_static_backend(
     from evo import api
 
     base = api.measure(spec, backend="static", store=":memory:")
-    assert base.valid and base.timer == "static", base.reason
+    assert base.valid is None and base.timer == "static" and base.cycles, base.reason  # unchecked
     variant = api.measure(spec, "vec_ld(width=2)", backend="static", store=":memory:")
-    assert variant.valid, variant.reason
+    assert variant.valid is None and variant.cycles, variant.reason

@@ -57,9 +57,9 @@ def test_every_captured_kernel_assembles_and_a_gene_applies(manifest):
 
     for k in manifest["kernels"]:
         m = api.measure(k["kernel_spec"], backend="static", store=":memory:")
-        assert m.valid and m.timer == "static", (k["name"], m.reason)
+        assert m.valid is None and m.timer == "static" and m.cycles, (k["name"], m.reason)
     first = manifest["kernels"][0]["kernel_spec"]
-    assert api.measure(first, "cache_ld(policy=cs)", backend="static", store=":memory:").valid
+    assert api.measure(first, "cache_ld(policy=cs)", backend="static", store=":memory:").cycles
 
 
 def test_the_recorded_launches_write_the_same_specs_again(manifest, tmp_path):

@@ -129,6 +129,9 @@ def test_run_q_prints_the_table_and_show_json(tmp_path, capsys):
     (kernel,) = doc["kernels"]
     assert kernel["kernel"] == KERNEL and kernel["static"] is True
     assert kernel["speedup"] == pytest.approx(kernel["baseline_cycles"] / kernel["best_cycles"])
+    # estimates that assembled are not "valid": nothing checked their outputs
+    assert kernel["best"]["valid"] is None and kernel["best"]["checked"] is False
+    assert kernel["baseline"]["valid"] is None and kernel["baseline"]["cycles"] > 0
     assert main(["show", str(tmp_path / "run")]) == 0  # the text, unchanged: a table
     assert capsys.readouterr().out.splitlines()[0].startswith("kernel")
 

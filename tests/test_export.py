@@ -64,6 +64,8 @@ def test_export_writes_ptx_cubin_launch_and_a_loader(tmp_path):
     py_compile.compile(str(folder / "load_relu.py"), doraise=True)
     loader = (folder / "load_relu.py").read_text()
     assert "launch(x, y, n)" in loader and "coarsen(" in loader
+    # a static run's best was never run on a GPU: the loader does not call it correct
+    assert "NOT checked for correctness" in loader and "fastest correct" not in loader
 
 
 @needs_ptxas
