@@ -310,15 +310,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no progress lines (bench.md is still printed)")
     p.set_defaults(func=commands.cmd_bench)
 
-    p = command("store", "inspect, merge, check or repair measurement stores")
-    p.add_argument("action", choices=("stats", "merge", "check", "repair"),
+    p = command("store", "inspect, merge, check, repair or prune measurement stores")
+    p.add_argument("action", choices=("stats", "merge", "check", "repair", "forget"),
                    help="stats: rows per device and kernel; merge: copy SRC stores into PATH; "
                         "check: look for damage; repair: copy a damaged store's readable rows "
-                        "into a fresh one (the damaged file is kept aside)")
+                        "into a fresh one (the damaged file is kept aside); forget: delete "
+                        "the results matching --kernel, --reason and --genome (e.g. ones "
+                        "recorded while a tool was broken), so the next run measures again")
     p.add_argument("path", type=Path, metavar="PATH",
                    help="the measurement store (merge: the one copied into)")
     p.add_argument("sources", type=Path, nargs="*", metavar="SRC",
                    help="merge: the stores to copy in")
+    p.add_argument("--kernel", help="forget: this kernel's results")
+    p.add_argument("--reason", help="forget: results whose reason starts so "
+                                    "(e.g. 'ptxas error', 'launch error', 'ok')")
+    p.add_argument("--genome", help="forget: the result of this genome (inline text; '' is the "
+                                    "baseline), shared by every genome of the same code")
+    p.add_argument("--device", help="forget: on this device only (default: every device)")
     _json_flag(p, "stats: ")
     p.set_defaults(func=commands.cmd_store)
 

@@ -362,6 +362,13 @@ def cmd_store(args) -> int:
         raise EvoError(f"--json goes with evo store stats, not {args.action}")
     if args.action in ("check", "repair"):
         return _store_check_or_repair(args.path, args.action == "repair")
+    filters = {"kernel": args.kernel, "reason": args.reason, "genome": args.genome,
+               "device": args.device}
+    if args.action != "forget" and any(v is not None for v in filters.values()):
+        raise EvoError(f"--kernel, --reason, --genome and --device go with evo store forget, "
+                       f"not {args.action}")
+    if args.action == "forget":
+        return _store_forget(args.path, filters)
     if args.action == "stats" and not args.path.is_file():
         raise EvoError(f"no such measurement store: {args.path}")
     if args.action == "merge" and not args.sources:
@@ -374,6 +381,23 @@ def cmd_store(args) -> int:
     if args.json:
         return json_output.emit(json_output.store_stats_doc(args.path, rows))
     _print_table(("device", "kernel", "measurements", "valid"), rows)
+    return exit_codes.OK
+
+
+def _store_forget(path: Path, filters: dict) -> int:
+    from evo.learn.observe import genome_text
+    from genomes.genome import parse_inline
+    from harness.store import Store
+
+    if not path.is_file():
+        raise EvoError(f"no such measurement store: {path}")
+    if filters["genome"] is not None:  # the text the store links genomes under
+        filters["genome"] = genome_text(parse_inline(filters["genome"]))
+    with Store(path) as store:
+        gone = store.forget(**filters)
+    said = ", ".join(f"{k} {v!r}" for k, v in filters.items() if v is not None)
+    print(f"{path}: forgot {gone['measurements']} results ({gone['ptx_links']} PTX links, "
+          f"{gone['genome_links']} genome links) matching {said}")
     return exit_codes.OK
 
 

@@ -115,6 +115,10 @@ class CompileResult:
     error: str | None = None
     seconds: float = 0.0
     args: tuple[str, ...] = ()
+    tool_failed: bool = False
+    """The failure is ptxas's, not the PTX's: a timeout, a signal, or an exit status with
+    no error in its log (a crash, a broken wrapper). Neither the tool cache nor the
+    measurement store keeps it: the same PTX may assemble on the next try."""
 
     @property
     def spilled(self) -> bool:
@@ -227,6 +231,12 @@ def _error_text(log: str, returncode: int) -> str:
     return "\n".join(lines)
 
 
+def _tool_failed(returncode: int | None, log: str) -> bool:
+    """Whether a failed ptxas run failed by itself (``CompileResult.tool_failed``): timed
+    out, killed by a signal, or exited non-zero without naming an error in the PTX."""
+    return returncode is None or returncode < 0 or not _diagnostics(log, ("error", "fatal"))
+
+
 def _run(cmd: list[str], cwd: str, timeout: float) -> tuple[int | None, str]:
     """Run ``cmd``; return (exit status or None on timeout, combined output).
 
@@ -299,18 +309,21 @@ def compile_ptx(
             returncode, log = _run(cmd, tmp, timeout)
             cubin_path = Path(tmp, "kernel.cubin")
             cubin = cubin_path.read_bytes() if returncode == 0 and cubin_path.exists() else None
-        if returncode != 0 or cubin:  # not "succeeded but wrote nothing": that is the tool's
-            tool_cache.keep(question, returncode, log, cubin or b"")
+        if cubin or (returncode != 0 and not _tool_failed(returncode, log)):
+            tool_cache.keep(question, returncode, log, cubin or b"")  # the PTX's own answer
     seconds = time.perf_counter() - start
 
     warnings = tuple(_diagnostics(log, ("warning",)))
     common = dict(arch=arch, log=log, seconds=seconds, args=args, warnings=warnings)
     if returncode is None:
-        return CompileResult(ok=False, error=f"ptxas timed out after {timeout:g} s", **common)
+        return CompileResult(ok=False, error=f"ptxas timed out after {timeout:g} s",
+                             tool_failed=True, **common)
     if returncode != 0:
-        return CompileResult(ok=False, error=_error_text(log, returncode), **common)
+        return CompileResult(ok=False, error=_error_text(log, returncode),
+                             tool_failed=_tool_failed(returncode, log), **common)
     if not cubin:
-        return CompileResult(ok=False, error="ptxas succeeded but wrote no cubin", **common)
+        return CompileResult(ok=False, error="ptxas succeeded but wrote no cubin",
+                             tool_failed=True, **common)
 
     functions, gmem = parse_verbose(log, _entry_names(ptx))
     first = next((f for f in functions.values() if f.is_entry), None)

@@ -274,8 +274,9 @@ class Evaluator:
                             reason=f"{record.PTXAS_ERROR}: {c.error}", ptx_hash=v.ptx_hash,
                             seconds=c.seconds, notes={"ptxas_log": c.log[-2000:]})
             b.result[v.ptx_hash] = m
-            # A timeout says more about the machine's load than the PTX: let it be retried.
-            if self.backend.writes_store and not (c.error or "").startswith("ptxas timed out"):
+            # A timeout or a crash of ptxas says more about the machine than the PTX (a
+            # broken EVO_PTXAS, a loaded host): not stored, so the next run tries again.
+            if self.backend.writes_store and not c.tool_failed:
                 store.put(dev, kernel, v.ptx_hash, ptxas_error_key(v.ptx_hash), m, b.version)
 
         # (4) code level: identical cubins (from different PTX) are one candidate.

@@ -293,6 +293,48 @@ class Store:
                 f"AND m.kernel = g.kernel AND m.code_hash = p.code_hash {where} "
                 "ORDER BY g.device, g.kernel, g.genome", args).fetchall()
 
+    def forget(self, kernel: str | None = None, reason: str | None = None,
+               genome: str | None = None, device: str | None = None) -> dict:
+        """Delete the results matching every filter given (at least one of ``kernel``,
+        ``reason`` (a prefix of the stored reason, e.g. "ptxas error") and ``genome`` (its
+        inline text; "" is the baseline): its code's measurement, which other genomes of the
+        same code shared), on ``device`` or all; with them the PTX and genome links that led
+        to a deleted result. Returns the counts deleted. Why: a result the store holds
+        answers every later run, so one recorded while a tool was broken must be removable."""
+        if kernel is None and reason is None and genome is None:
+            raise StoreError("forget needs a kernel, a reason or a genome to match")
+        where, args = [], []
+        for column, value in (("m.device", device), ("m.kernel", kernel)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if reason is not None:
+            where.append("substr(m.reason, 1, ?) = ?")
+            args += [len(reason), reason]
+        if genome is not None:
+            where.append("EXISTS (SELECT 1 FROM genomes g JOIN ptx_index p ON p.device = g.device "
+                         "AND p.kernel = g.kernel AND p.ptx_hash = g.ptx_hash WHERE g.device = "
+                         "m.device AND g.kernel = m.kernel AND p.code_hash = m.code_hash AND "
+                         "g.genome = ?)")
+            args.append(genome)
+        with self._lock, self._transaction():
+            doomed = self._db.execute(
+                "SELECT m.device, m.kernel, m.code_hash FROM measurements m WHERE "
+                + " AND ".join(where), args).fetchall()
+            links = genomes = 0
+            for d, k, code in doomed:
+                ptx = [h for (h,) in self._db.execute(
+                    "SELECT ptx_hash FROM ptx_index WHERE device = ? AND kernel = ? AND "
+                    "code_hash = ?", (d, k, code))]
+                links += self._db.execute("DELETE FROM ptx_index WHERE device = ? AND kernel = ? "
+                                          "AND code_hash = ?", (d, k, code)).rowcount
+                for h in ptx:
+                    genomes += self._db.execute("DELETE FROM genomes WHERE device = ? AND "
+                                                "kernel = ? AND ptx_hash = ?", (d, k, h)).rowcount
+                self._db.execute("DELETE FROM measurements WHERE device = ? AND kernel = ? AND "
+                                 "code_hash = ?", (d, k, code))
+        return {"measurements": len(doomed), "ptx_links": links, "genome_links": genomes}
+
     # ------------------------------------------------------------------ method catalogue
     def record_method(self, label: str, kernel: str, success: bool, gain: float = 0.0) -> None:
         """Count one attempt of an LLM method (``label`` already normalized); ``gain`` is

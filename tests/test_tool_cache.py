@@ -69,6 +69,23 @@ def test_an_error_is_kept_but_a_timeout_is_not(counted, tmp_path):
     assert counted() == 3  # a timeout says nothing about the input: asked again
 
 
+def test_a_crash_of_ptxas_is_its_own_failure_and_is_not_kept(counted, tmp_path):
+    broken = _ptx().replace("ret;", "bogus_opcode;", 1)
+    assert compile_ptx(broken).tool_failed is False  # the PTX's fault: ptxas named it
+    crashing = tmp_path / "bin" / "ptxas"
+    crashing.write_text(f"#!/bin/sh\necho run >> {tmp_path / 'runs.txt'}\necho 'Segmentation "
+                        "fault (core dumped)' >&2\nexit 139\n")
+    toolchain.clear_cache()
+    for _ in range(2):
+        out = compile_ptx(_ptx())
+        assert not out.ok and out.tool_failed and "status 139" in out.error
+    assert counted() == 3  # asked again each time: a crash says nothing about the input
+    killed = tmp_path / "bin" / "ptxas"
+    killed.write_text("#!/bin/sh\nkill -9 $$\n")
+    toolchain.clear_cache()
+    assert compile_ptx(_ptx()).tool_failed
+
+
 def test_a_damaged_answer_is_a_miss_and_off_keeps_nothing(counted, tmp_path, monkeypatch):
     compile_ptx(_ptx())
     (kept,) = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
