@@ -453,7 +453,7 @@ def cmd_priors(args) -> int:
 def cmd_show(args) -> int:
     import tomllib
 
-    from evo.report import llm_lines, render_table, results_from_checkpoint
+    from evo.report import llm_lines, reduced_lines, render_table, results_from_checkpoint
     from evo.rundir import RunDir
 
     rundir = RunDir.open(args.run)
@@ -463,7 +463,8 @@ def cmd_show(args) -> int:
         return json_output.emit(json_output.show_doc(rundir, strategy, results,
                                                      rundir.read_checkpoint().get("llm")))
     print(render_table(results))
-    for line in llm_lines(rundir.read_checkpoint().get("llm")):
+    checkpoint = rundir.read_checkpoint()
+    for line in llm_lines(checkpoint.get("llm")) + reduced_lines(checkpoint):
         print(line)
     return exit_codes.OK
 

@@ -19,7 +19,7 @@ import copy
 import queue
 import threading
 
-SECTIONS = ("kernels", "priors", "seconds")  # the per-kernel entries of a checkpoint
+SECTIONS = ("kernels", "priors", "seconds", "reduced")  # the per-kernel entries of a checkpoint
 
 
 class Stopped(Exception):

@@ -98,14 +98,19 @@ def show_doc(rundir, strategy: str, results, llm: dict | None) -> dict:
     from evo import report
 
     kernels = []
+    checkpoint = rundir.read_checkpoint() if rundir.has_checkpoint() else {}
     for r in results:
         static = report.is_static(r)
+        reduced = checkpoint.get("reduced", {}).get(r.kernel)
         kernels.append({
             "kernel": r.kernel, "baseline": _checked(r.baseline, static),
             "best": _checked(r.best, static),
             "baseline_cycles": _valid_cycles(r.baseline), "best_cycles": _valid_cycles(r.best),
             "speedup": report.speedup(r), "best_genome": r.best_genome,
             "best_genome_text": str(Genome.from_json(r.best_genome)),
+            # the best without the genes its machine code does not need (evo.reduce)
+            "reduced_genome_text": reduced["text"] if reduced and Genome.from_json(
+                reduced["from"]) == Genome.from_json(r.best_genome) else None,
             "launch": (r.best or {}).get("launch"), "evals": r.evals,
             "generations": r.generations, "measured_again": r.confirmed,
             "timer": "static" if static else (r.best or {}).get("timer", ""),

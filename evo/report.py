@@ -155,7 +155,22 @@ def finalist_lines(checkpoint: dict) -> list[str]:
     return lines
 
 
-TIME_STEPS = ("search", "finalist check", "measured again", "peer")
+TIME_STEPS = ("search", "finalist check", "reduce", "measured again", "peer")
+
+
+def reduced_lines(checkpoint: dict) -> list[str]:
+    """Each best genome reduced to the genes its machine code needs (``evo.reduce``)."""
+    lines = []
+    for kernel, r in checkpoint.get("reduced", {}).items():
+        if r.get("dropped"):
+            lines.append(f"- {kernel}: {r['text']} (dropped {', '.join(r['dropped'])}: the same "
+                         "machine code without them)")
+        else:
+            lines.append(f"- {kernel}: every gene of the best changes its machine code")
+    if lines:
+        lines.insert(0, "The genes that matter (each best genome without the genes whose removal "
+                        "leaves its machine code unchanged; measured or not, the same kernel):")
+    return lines
 
 
 def time_lines(checkpoint: dict) -> list[str]:
@@ -230,7 +245,7 @@ def render_report(run: RunDir, results: list[KernelResult], backend: str,
         lines += [""] + [f"- {line}" for line in llm_lines(llm)]
     checkpoint = run.read_checkpoint() if run.has_checkpoint() else {}
     for section in (memory_lines(results, checkpoint), finalist_lines(checkpoint),
-                    time_lines(checkpoint)):
+                    reduced_lines(checkpoint), time_lines(checkpoint)):
         if section:
             lines += [""] + section
     if any(r.confirmed for r in results):

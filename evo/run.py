@@ -211,6 +211,9 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             _check_finalist(spec, result, saved, ledger.events)
             spent.add("finalist check", start)
             ledger.save()
+        start = time.perf_counter()
+        if _reduce(spec, result, ledger.checkpoint, functools.partial(evaluator.code_keys, spec)):
+            spent.add("reduce", start)
         _write_best(run, spec, result)
         if config.run.confirm and backend.remeasures:
             start, before = time.perf_counter(), saved.get("confirmed")
@@ -244,6 +247,20 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
                                                      checkpoint.get("llm"))
                    + "".join(f"{line}\n" for line in learn_source.report_lines(checkpoint)))
     return results
+
+
+def _reduce(spec: KernelSpec, result, checkpoint: dict, code_keys) -> bool:
+    """The best genome without the genes its machine code does not need (``evo.reduce``),
+    into the checkpoint's ``reduced`` section; False where already there for this best."""
+    from evo.reduce import reduced_entry
+
+    best = Genome.from_json(result.best_genome)
+    section = checkpoint.setdefault("reduced", {})
+    done = section.get(spec.name)
+    if not best.genes or (done and Genome.from_json(done["from"]) == best):
+        return False
+    section[spec.name] = reduced_entry(best, code_keys)
+    return True
 
 
 class _Seconds:

@@ -61,12 +61,13 @@ def test_the_best_is_measured_again_at_the_end_and_reported(tmp_path, monkeypatc
     assert f"{again['baseline']:.0f} -> {again['best']:.0f}" in report
     # Where the time went: each step of the kernel, in the checkpoint and the report.
     seconds = saved["seconds"]["gemm_tile_2x2x2"]
-    assert set(seconds) == {"search", "finalist check", "measured again"}
+    assert {"search", "finalist check", "measured again"} <= set(seconds) <= {
+        "search", "finalist check", "reduce", "measured again"}
     assert all(s >= 0 for s in seconds.values()) and seconds["search"] > 0
     row = next(line for line in report.splitlines() if line.startswith("| gemm_tile_2x2x2 | ")
                and line.count("|") == 6)
     assert row.split("|")[-2].strip() == f"{sum(seconds.values()):.1f}"
-    assert "| kernel | search | finalist check | measured again | total |" in report
+    assert "| kernel | search | finalist check |" in report and "| measured again | total |" in report
 
     # resumed: a confirmed best is not measured a third time
     assert run_mod.confirm(backend, None, result, saved["kernels"]["gemm_tile_2x2x2"]) == again
