@@ -130,7 +130,9 @@ def llm_lines(stats: dict | None) -> list[str]:
             f"prompt + {stats['completion_tokens']} completion tokens{cost}",
             f"patches: {stats['proposed']} proposed, {stats['applied']} applied, "
             f"{stats['assembled']} assembled, {stats['correct']} correct, "
-            f"{stats['faster']} faster ({stats['repairs']} repair prompts)"]
+            f"{stats['faster']} faster ({stats['repairs']} repair prompts)"
+            + (f"; {stats['cut']} answers cut at [llm] max_tokens before a patch: raise it"
+               if stats.get("cut") else "")]
 
 
 def finalist_lines(checkpoint: dict) -> list[str]:

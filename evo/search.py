@@ -288,6 +288,12 @@ def _config_hash(config: Config) -> str:
         d["run"].pop(key, None)
     d["greedy"].pop("max_steps", None)
     d.pop("cluster", None)  # where candidates are measured, like the GPU ids
+    # How the LLM endpoint is reached and how much may be spent, not what it is asked:
+    # fixing a dead URL, a short timeout or a token cap the context cannot hold must
+    # leave the run resumable.
+    for key in ("base_url", "api_key_env", "timeout", "retries", "max_calls", "price_in",
+                "price_out", "max_tokens", "max_tokens_field"):
+        d["llm"].pop(key, None)
     return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
 
 
@@ -296,6 +302,7 @@ def check_resumable(checkpoint: dict, config: Config) -> str | None:
     if checkpoint.get("version") != CHECKPOINT_VERSION:
         return f"checkpoint version {checkpoint.get('version')} is not {CHECKPOINT_VERSION}"
     if checkpoint.get("config_hash") != _config_hash(config):
-        return ("the config changed in a way that changes results (only --generations and "
-                "--max-evals may differ on --resume)")
+        return ("the config changed in a way that changes results (on --resume only budgets, "
+                "the store, GPUs, jobs, the cluster and how the LLM endpoint is reached "
+                "may differ)")
     return None

@@ -61,7 +61,7 @@ def array_module(array):
 
 
 def _device(xp):
-    """``harness.gate_device`` when ``xp`` is CuPy (its one-pass reductions decide whether a
+    """``harness.gate_device`` when ``xp`` is CuPy (its one-pass kernels decide whether a
     launch passed; the array code below says why not), else None."""
     if xp is np:
         return None
@@ -368,9 +368,10 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
     differences of a legit variant, which grow with the inputs, pass, while an overflow
     (inf, NaN) or a saturated value does not. Tolerance 0 stays exact.
     ``refilled``: outputs of a second launch on the same inputs whose outputs were zeroed
-    instead of poisoned (``REFILLED``): an element is unwritten only where it holds the
-    poison in one and zero in the other. For integers, whose poison (all ones, -1) is also
-    a value a kernel computes (3a + b = -1 for a = -1, b = 2), that tells the two apart.
+    instead of poisoned (the GPU runner's baseline check): an element is unwritten only
+    where it holds the poison in one and zero in the other. For integers, whose poison
+    (all ones, -1) is also a value a kernel computes (3a + b = -1 for a = -1, b = 2),
+    that tells the two apart.
     """
     xp = array_module(next(iter(outputs.values()), None))
     if _passes_on_device(outputs, reference, spec, stress, xp):
@@ -396,7 +397,7 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
 
 def _passes_on_device(outputs, reference, spec, stress: bool, xp) -> bool:
     """True when ``compare`` would pass, decided by ``harness.gate_device``'s one-pass
-    reductions (CuPy arrays only; False elsewhere, and wherever they cannot decide, so that
+    kernels (CuPy arrays only; False elsewhere, and wherever they cannot decide, so that
     ``compare``'s array code judges and, on a failure, says why)."""
     device = _device(xp)
     if device is None:

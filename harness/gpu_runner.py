@@ -454,9 +454,13 @@ class Runner:
             xp = gate.array_module(next(iter(images.values())))
             zeroed = dict(images)
             for p in ints:
-                zeroed[p.name] = gate.with_canary(xp.zeros(p.count, dtype=spec.numpy_dtype(p.dtype)))
-            again = self.run_checked(self.function(request.baseline_cubin, spec.entry), spec, seed,
-                                     images=zeroed)
+                zeros = xp.zeros(p.count, dtype=spec.numpy_dtype(p.dtype))
+                zeroed[p.name] = gate.with_canary(zeros)
+            try:
+                again = self.run_checked(self.function(request.baseline_cubin, spec.entry), spec,
+                                         seed, images=zeroed)
+            except self.cuda_errors as err:
+                raise _Failed(f"{BASELINE_FAILED}: {record.LAUNCH_ERROR}: {err}") from None
             refilled = {p.name: gate.split_canary(again[p.name], p)[0] for p in ints}
             first = {**after, **{p.name: gate.with_canary(outputs[p.name]) for p in spec.outputs()}}
             ok, reason = gate.check_launch(spec, inputs, first, None, refilled=refilled)

@@ -46,6 +46,7 @@ class Response:
     headers: dict = field(default_factory=dict)
     seconds: float = 0.0
     usage: dict = field(default_factory=lambda: dict(USAGE))
+    finish_reason: str = "stop"  # "length": the answer was cut at the token cap
 
 
 def text(content: str, usage: dict | None = None) -> Response:
@@ -81,6 +82,9 @@ class LlmServer:
     def __init__(self, default: Response | None = None):
         self.default = default or text("default answer")
         self.reject: dict[str, str] = {}  # field -> error message: answered with HTTP 400
+        # GET /v1/models: None answers 501 (a server without a model list), a Response
+        # is sent as it is, a list of ids is the list served
+        self.models: list[str] | Response | None = None
         self.requests: list[Request] = []
         self._script: list[Response] = []
         self._lock = threading.Lock()
@@ -132,7 +136,7 @@ class _QuietServer(ThreadingHTTPServer):
         pass  # a client that timed out and hung up is part of the tests, not an error
 
 
-def completion(content: str, model: str, usage: dict) -> dict:
+def completion(content: str, model: str, usage: dict, finish_reason: str = "stop") -> dict:
     """A chat.completion object as the OpenAI API returns it."""
     return {
         "id": f"chatcmpl-test{int(time.time() * 1000)}",
@@ -140,7 +144,7 @@ def completion(content: str, model: str, usage: dict) -> dict:
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                     "finish_reason": "stop", "logprobs": None}],
+                     "finish_reason": finish_reason, "logprobs": None}],
         "usage": usage,
     }
 
@@ -150,6 +154,16 @@ def _handler_for(server: LlmServer):
         # HTTP/1.1 because the openai client keeps connections alive; every answer
         # therefore carries a Content-Length.
         protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # the model list, where the test gives one
+            models = server.models
+            if self.path.rstrip("/") != "/v1/models" or models is None:
+                return self._send(501, json.dumps({"error": {"message": "unsupported"}}))
+            if isinstance(models, Response):
+                return self._send(models.code, json.dumps(models.body)
+                                  if isinstance(models.body, dict) else models.body)
+            self._send(200, json.dumps({"object": "list", "data": [
+                {"id": m, "object": "model", "created": 0, "owned_by": "test"} for m in models]}))
 
         def do_POST(self):  # the name http.server dispatches POST to
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -166,7 +180,8 @@ def _handler_for(server: LlmServer):
                 self.close_connection = True
                 return
             if reply.kind in ("text", "hang"):
-                self._send(200, json.dumps(completion(reply.content, model, reply.usage)))
+                self._send(200, json.dumps(completion(reply.content, model, reply.usage,
+                                                          reply.finish_reason)))
             elif reply.kind == "malformed":
                 self._send(200, reply.body)
             else:

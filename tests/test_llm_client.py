@@ -213,12 +213,27 @@ def test_400_without_param_names_the_field_from_its_message(llm_server, tmp_path
         client.complete(MESSAGES, "mutate")
 
 
+def test_a_vllm_context_overflow_is_this_prompts_error_with_the_right_advice(llm_server, tmp_path):
+    """vLLM names max_tokens when prompt + cap exceed the context: that is no field to
+    rename (the advice it got before), and the next, shorter prompt may fit."""
+    overflow = ("'max_tokens' is too large: 4096. This model's maximum context length is 8192 "
+                "tokens and your request has 6000 input tokens (4096 > 8192 - 6000).")
+    llm_server.script([status(400, {"error": {"message": overflow, "type": "BadRequestError"}}),
+                       text("fits")])
+    client, _ = make(llm_server, tmp_path, max_tokens=4096)
+    reply = client.complete(MESSAGES, "mutate")
+    assert not reply.ok and reply.attempts == 1
+    assert "lower [llm] max_tokens" in reply.error and "max_tokens_field" not in reply.error
+    assert client.complete([{"role": "user", "content": "short"}], "m").text == "fits"
+
+
 def test_400_about_the_prompt_is_an_error_reply_not_fatal(llm_server, tmp_path):
     llm_server.script([status(400, {"error": {"message": "maximum context length exceeded",
                                               "param": "messages"}}), text("ok")])
     client, _ = make(llm_server, tmp_path)
     reply = client.complete(MESSAGES, "mutate")
-    assert reply.error == "HTTP 400: maximum context length exceeded"
+    assert reply.error.startswith("HTTP 400: maximum context length exceeded; ")
+    assert "lower [llm] max_tokens" in reply.error
     assert client.complete(MESSAGES, "mutate").ok
 
 
@@ -259,7 +274,10 @@ def test_key_is_sent_only_in_the_authorization_header(llm_server, tmp_path):
                        text(f"your key is {KEY}"), status(500, KEY), status(500, KEY),
                        status(500, KEY)])
     client, _ = make(llm_server, tmp_path, retries=2, price_in=1.0)
-    replies = [client.complete([{"role": "user", "content": f"q{i}"}], "m") for i in range(3)]
+    with pytest.raises(LlmError, match="refuses the run: the API key was refused") as refused:
+        client.complete([{"role": "user", "content": "q0"}], "m")  # 401: setup, the run stops
+    assert KEY not in str(refused.value)
+    replies = [client.complete([{"role": "user", "content": f"q{i}"}], "m") for i in (1, 2)]
     client.complete([{"role": "user", "content": "q1"}], "m")  # a second draw
     assert all(r.error is None or KEY not in r.error for r in replies)
     assert {r.headers.get("authorization") for r in llm_server.requests} == {f"Bearer {KEY}"}
@@ -269,6 +287,43 @@ def test_key_is_sent_only_in_the_authorization_header(llm_server, tmp_path):
     assert len(written) >= 5  # 4 logs + 1 cache entry
     for path in written:
         assert KEY not in path.read_text(), path
+
+
+@pytest.mark.parametrize("code, says", [(401, "the API key was refused"),
+                                        (403, "may not use this"),
+                                        (404, "no such model or endpoint")])
+def test_an_endpoint_refusing_the_setup_stops_the_run_at_once(llm_server, tmp_path, code, says):
+    llm_server.script([status(code, {"error": {"message": "The model `nope` does not exist"}})])
+    client, sleeps = make(llm_server, tmp_path, model="nope")
+    with pytest.raises(LlmError) as err:
+        client.complete(MESSAGES, "mutate")
+    message = str(err.value)
+    assert says in message and f"HTTP {code}" in message and "'nope'" in message
+    assert "[llm] rate = 0" in message and sleeps == []  # one request, no retries
+    assert len(llm_server.requests) == 1 and client.stats()["failures"] == 1
+
+
+def test_an_endpoint_that_never_answers_stops_after_a_few_calls(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    values = {"base_url": f"http://127.0.0.1:{port}/v1", "model": "m",
+              "api_key_env": "EVO_TEST_KEY", "timeout": 2.0, "retries": 1, "max_calls": 50}
+    client = LlmClient(LlmConfig(**values), tmp_path / "llm", env=ENV, sleep=lambda s: None)
+    replies = [client.complete([{"role": "user", "content": f"q{i}"}], "m") for i in range(2)]
+    assert all("connection error" in r.error for r in replies)  # the run goes on, so far
+    with pytest.raises(LlmError, match="never answered: 3 calls failed in a row"):
+        client.complete([{"role": "user", "content": "q2"}], "m")
+
+
+def test_failures_after_an_answer_are_outages_not_setup(llm_server, tmp_path):
+    llm_server.script([text("fine")] + [status(500, "down")] * 12)
+    client, _ = make(llm_server, tmp_path, retries=2)
+    assert client.complete(MESSAGES, "mutate").ok
+    for i in range(4):  # the endpoint answered once: its later outages are the run's weather
+        assert not client.complete([{"role": "user", "content": f"q{i}"}], "m").ok
 
 
 def test_backoff_is_reproducible_capped_and_jittered():
@@ -284,3 +339,31 @@ def test_no_log_dir_keeps_no_files(llm_server, tmp_path):
                        None, env=ENV)
     assert client.complete(MESSAGES, "m").ok and client.complete(MESSAGES, "m").ok
     assert len(llm_server.requests) == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_preflight_judges_the_endpoint_before_any_work(llm_server, tmp_path):
+    client, _ = make(llm_server, tmp_path, model="test-model")
+    client.preflight()  # no model list (501): nothing judged, no error
+    llm_server.models = ["test-model", "other"]
+    client.preflight()  # served
+    llm_server.models = ["qwen3-8b", "llama-3-70b"]
+    with pytest.raises(LlmError, match="does not serve model 'test-model' .*qwen3-8b"):
+        client.preflight()
+    llm_server.models = status(401, {"error": {"message": f"bad key {KEY}"}})
+    with pytest.raises(LlmError, match="refuses the run: HTTP 401") as err:
+        client.preflight()
+    assert KEY not in str(err.value)
+    assert llm_server.requests == []  # no completion asked, no tokens spent
+    assert client.stats()["calls"] == 0
+
+
+def test_preflight_names_an_endpoint_nobody_listens_on(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = LlmConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m",
+                       api_key_env="EVO_TEST_KEY", timeout=2.0)
+    with pytest.raises(LlmError, match="cannot be reached"):
+        LlmClient(config, None, env=ENV).preflight()

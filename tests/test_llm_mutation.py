@@ -183,6 +183,39 @@ def test_run_with_llm_rate_evolves_patch_genes_and_resumes(llm_server, tmp_path,
             assert KEY not in path.read_text(errors="replace"), path
 
 
+@needs_ptxas
+def test_a_wrong_model_stops_the_run_with_one_line_and_a_failing_status(llm_server, tmp_path,
+                                                                         monkeypatch, capsys):
+    """An endpoint answering 404 to every call (a wrong model name) used to leave every
+    child unpatched while the run went on and exited 0."""
+    from evo.cli import main
+
+    monkeypatch.setenv("EVO_TEST_KEY", KEY)
+    monkeypatch.chdir(tmp_path)
+    llm_server.default = fake.status(404, {"error": {"message": "model not found"}})
+    code = main(["run", "--config", write_config(tmp_path, llm_server), "--generations", "3",
+                 "--out", str(tmp_path / "run"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "refuses the run: no such model or endpoint" in err and "HTTP 404" in err
+    assert len(llm_server.requests) == 1  # stopped at the first answer, no retries
+    assert (tmp_path / "run" / "checkpoint.json").is_file()  # the first generation is kept
+
+
+def test_a_model_the_endpoint_does_not_serve_stops_the_run_before_any_work(
+        llm_server, tmp_path, monkeypatch, capsys):
+    from evo.cli import main
+
+    monkeypatch.setenv("EVO_TEST_KEY", KEY)
+    monkeypatch.chdir(tmp_path)
+    llm_server.models = ["qwen3-8b"]
+    code = main(["run", "--config", write_config(tmp_path, llm_server), "--generations", "2",
+                 "--out", str(tmp_path / "run"), "-q"])
+    assert code == 2 and "does not serve model" in capsys.readouterr().err
+    assert llm_server.requests == []  # no completion asked
+    assert not (tmp_path / "run" / "checkpoint.json").exists()  # and nothing evaluated
+
+
 def test_missing_key_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
     from evo.cli import main
 
@@ -287,3 +320,29 @@ def test_the_operator_keeps_its_children_until_the_search_reports_them(llm_serve
     m.measured(KERNEL, key, Measurement(KERNEL, "static", True, cycles=900.0, timer="static"))
     assert not m.pending and m.counts["correct"] == 1 and m.counts["faster"] == 1
     assert "faster" in " ".join(m.history.lines(KERNEL, 3000)[0])
+
+
+def test_a_reasoning_models_draft_inside_think_is_not_the_patch():
+    from evo.llm.mutation import _patch_gene, final_answer
+
+    draft = "<<<<<<< SEARCH\n\tret;\n=======\n\tbogus;\n>>>>>>> REPLACE"
+    final = "<<<<<<< SEARCH\n\tret;\n=======\n\t// final\n\tret;\n>>>>>>> REPLACE"
+    answer = f"<think>First try:\n```\n{draft}\n```\nNo, better:</think>\nMETHOD: tidy\n```\n{final}\n```"
+    gene = _patch_gene(answer)
+    assert gene is not None and "// final" in gene.diff and "bogus" not in gene.diff
+    assert gene.method == "tidy"
+    assert _patch_gene(f"<think>only thinking, cut short:\n```\n{draft}\n```") is None
+    assert final_answer("a<THINK>x</THINK>b<think>y") == "ab"
+
+
+def test_an_answer_cut_at_max_tokens_is_not_told_to_the_model_as_a_format_error(
+        llm_server, tmp_path, monkeypatch):
+    llm_server.script([fake.Response("text", content="<think>still thinking about the",
+                                     finish_reason="length")])
+    m = mutator(llm_server, tmp_path, monkeypatch)
+    assert m.propose(find_kernel(KERNEL), Genome(), SearchView()) is None
+    assert m.counts["cut"] == 1 and m.counts["no_patch"] == 1
+    assert m.history.to_json() == {}  # nothing quoted back to the model as its mistake
+    assert m.stats()["cut"] == 1
+    from evo.report import llm_lines
+    assert "1 answers cut at [llm] max_tokens" in llm_lines(m.stats())[1]

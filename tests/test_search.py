@@ -228,3 +228,18 @@ def test_sweep_init_measures_every_gene_then_stacks_the_best_per_group():
     assert known[full.effective().dumps()]["cycles"] == 1000 - 300 - 120 - 80 - 20
     population = checkpoint["kernels"]["k"]["state"]["population"]
     assert len(population) == 5 and population[0]["genome"] == full.to_json()
+
+
+def test_resume_allows_fixing_how_the_llm_endpoint_is_reached_not_what_it_is_asked():
+    from evo.search import check_resumable
+
+    base = Config().override("llm", rate=0.3, model="m1")
+    checkpoint = new_checkpoint(base)
+    fixed = base.override("llm", base_url="http://127.0.0.1:8000/v1", timeout=600.0,
+                          retries=5, max_tokens=1024, max_tokens_field="max_completion_tokens",
+                          max_calls=10, api_key_env="OTHER_KEY")
+    assert check_resumable(checkpoint, fixed) is None
+    assert check_resumable(checkpoint, fixed.override("run", generations=20)) is None
+    for changed in (base.override("llm", model="m2"), base.override("llm", temperature=0.1),
+                    base.override("llm", rate=0.5), base.override("run", seed=9)):
+        assert "changes results" in check_resumable(checkpoint, changed)

@@ -4,9 +4,12 @@
 limits, server errors, timeouts, dropped connections and malformed answers end, after the
 configured retries, in an ``LlmReply`` whose ``error`` says what happened, so the evolution
 run goes on without that child. Only bad *setup* is an ``LlmError``: a missing key, no
-``openai``, or an HTTP 400 that names a request field we sent (``temperature``,
+``openai``, an HTTP 400 that names a request field we sent (``temperature``,
 ``max_tokens``, an ``[llm] extra`` key...), which every later request would repeat: one
-line naming the field and the setting to change.
+line naming the field and the setting to change; an endpoint that refuses the run itself
+(HTTP 401 or 403: the key; 404: the model or the URL), and an endpoint that never
+answered (``SETUP_FAILURES`` calls in a row failed before any succeeded: a dead URL).
+Before, those made every call fail while the run went on and exited 0.
 
 Each request is one *draw*: asking the same prompt again is a new, independent sample
 (the temperature is not wasted). The run folder keeps what makes an LLM run reproducible
@@ -38,8 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evo.config import LlmConfig
-from evo.llm.request import (DIGEST_CHARS, cache_key, error_message, rejected_field,
-                             rejection, request_digest, request_fields)
+from evo.llm.request import (DIGEST_CHARS, OVERFLOW_HINT, cache_key, context_overflow,
+                             error_message, rejected_field, rejection, request_digest,
+                             request_fields)
 from evo.rundir import write_atomic
 from genomes.errors import EvoError
 
@@ -48,6 +52,9 @@ BACKOFF_CAP = 30.0  # no single wait is longer, whatever Retry-After asks for
 ERROR_CHARS = 300  # error bodies can be whole HTML pages; a reply keeps their start
 MIN_SECRET_LEN = 8  # masking a 1-3 character "key" would garble ordinary text
 COUNTERS = ("calls", "cached", "failures", "prompt_tokens", "completion_tokens")
+SETUP_STATUS = {401: "the API key was refused", 403: "the API key may not use this",
+                404: "no such model or endpoint"}
+SETUP_FAILURES = 3  # calls in a row, each after its retries, failed before any answered
 
 
 class LlmError(EvoError):
@@ -71,6 +78,7 @@ class LlmReply:
     attempts: int = 0
     error: str | None = None
     draw: int = 0
+    truncated: bool = False  # cut at the token cap (finish_reason "length")
 
     @property
     def ok(self) -> bool:
@@ -81,11 +89,12 @@ class _Failed(Exception):
     """One attempt that produced no answer; ``retry`` says whether another may help."""
 
     def __init__(self, message: str, retry: bool, wait: float | None = None,
-                 rejected: str | None = None):
+                 rejected: str | None = None, setup: str | None = None):
         super().__init__(message)
         self.retry = retry
         self.wait = wait  # the server's Retry-After, if it sent one
         self.rejected = rejected  # the request field an HTTP 400 named, if one we sent
+        self.setup = setup  # what an HTTP 401/403/404 says of the run's setup
 
 
 class LlmClient:
@@ -105,6 +114,8 @@ class LlmClient:
         self._draws: dict[str, int] = {}  # request digest -> draws so far (see cache_key)
         self._answers: set[str] = set()  # digests of the answer texts received
         self._seq: int | None = None
+        self._unanswered = 0  # calls in a row that failed, while none has succeeded yet
+        self._answered = False
 
     def __repr__(self) -> str:
         return (f"LlmClient(model={self.config.model!r}, key from ${self.config.api_key_env}, "
@@ -126,7 +137,8 @@ class LlmClient:
             self._answers.add(_digest(hit["text"]))
             reply = LlmReply(hit["text"], hit.get("prompt_tokens", 0),
                              hit.get("completion_tokens", 0), cached=True,
-                             seconds=self._clock() - start, draw=draw)
+                             seconds=self._clock() - start, draw=draw,
+                             truncated=bool(hit.get("truncated", False)))
             self._log(purpose, messages, reply, key)
             return reply
         if self._counts["calls"] >= self.config.max_calls:
@@ -136,8 +148,9 @@ class LlmClient:
         client = self.check()
         self._draws[request] = draw + 1
         self._counts["calls"] += 1
-        reply, rejected = self._request(client, messages, key, start, draw)
+        reply, rejected, setup = self._request(client, messages, key, start, draw)
         if reply.ok:
+            self._answered = True
             self._counts["prompt_tokens"] += reply.prompt_tokens
             self._counts["completion_tokens"] += reply.completion_tokens
             self._answers.add(_digest(reply.text))
@@ -145,9 +158,19 @@ class LlmClient:
                 self._cache_put(key, messages, reply)
         else:
             self._counts["failures"] += 1
+            self._unanswered = 0 if self._answered else self._unanswered + 1
         self._log(purpose, messages, reply, key)
         if rejected is not None:
             raise LlmError(rejection(rejected, reply.error))
+        where = f"{self.config.base_url or 'the openai default'}, model {self.config.model!r}"
+        if setup is not None:
+            raise LlmError(f"the LLM endpoint refuses the run: {setup} ({reply.error}; {where}): "
+                           f"check [llm] base_url, model and ${self.config.api_key_env}, "
+                           "or set [llm] rate = 0")
+        if self._unanswered >= SETUP_FAILURES:
+            raise LlmError(f"the LLM endpoint never answered: {SETUP_FAILURES} calls failed "
+                           f"in a row ({reply.error}; {where}): check [llm] base_url and "
+                           "that the server is up, or set [llm] rate = 0")
         return reply
 
     def check(self):
@@ -168,6 +191,32 @@ class LlmClient:
                                          api_key=secret, timeout=self.config.timeout,
                                          max_retries=0)
         return self._openai
+
+    def preflight(self) -> None:
+        """Ask the endpoint which models it serves (``GET /models``: no tokens spent) before
+        the run does any work; ``LlmError`` when it refuses the key, cannot be reached, or
+        lists models without ours. An endpoint without a model list (404, 405, 501) is not
+        judged here: the first call will be (``SETUP_STATUS``)."""
+        import openai
+
+        client = self.check()
+        where = self.config.base_url or "the openai default endpoint"
+        hint = "check [llm] base_url, model and the key, or set [llm] rate = 0"
+        try:
+            served = [m.id for m in client.models.list().data]
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as err:
+            raise LlmError(f"the LLM endpoint refuses the run: HTTP {err.status_code}: "
+                           f"{self._mask(_short(error_message(err)))} ({where}): {hint}") from None
+        except openai.APIConnectionError as err:  # a timeout is one too
+            raise LlmError(f"the LLM endpoint cannot be reached ({where}: "
+                           f"{self._mask(_short(str(err.__cause__ or err)))}): {hint}") from None
+        except (openai.APIStatusError, openai.APIResponseValidationError, AttributeError,
+                TypeError, ValueError):
+            return  # no model list here: nothing to judge before the first call
+        if served and self.config.model not in served:
+            listed = ", ".join(sorted(served)[:8]) + (", ..." if len(served) > 8 else "")
+            raise LlmError(f"the LLM endpoint {where} does not serve model "
+                           f"{self.config.model!r} (it lists {listed}): set [llm] model")
 
     # -- counters ------------------------------------------------------------------------
 
@@ -207,31 +256,33 @@ class LlmClient:
     # -- requests ------------------------------------------------------------------------
 
     def _request(self, client, messages: list[dict], key: str, start: float,
-                 draw: int) -> tuple[LlmReply, str | None]:
+                 draw: int) -> tuple[LlmReply, str | None, str | None]:
         """Up to ``retries + 1`` attempts with jittered exponential backoff between them;
-        the reply, and the request field that an HTTP 400 rejected (or None)."""
+        the reply, the request field that an HTTP 400 rejected (or None), and what an
+        HTTP 401/403/404 says of the setup (or None)."""
         # Seeded from the prompt so a rerun waits the same, whatever else happened.
         rng = random.Random(int(key[:16], 16))
-        attempts, error, rejected = 0, "", None
+        attempts, error, rejected, setup = 0, "", None, None
         for attempt in range(self.config.retries + 1):
             attempts += 1
             try:
-                text, prompt_tokens, completion_tokens = self._attempt(client, messages)
+                text, prompt_tokens, completion_tokens, cut = self._attempt(client, messages)
             except _Failed as failed:
-                error, rejected = str(failed), failed.rejected
+                error, rejected, setup = str(failed), failed.rejected, failed.setup
                 if not failed.retry or attempt == self.config.retries:
                     break
                 self._sleep(backoff(attempt, rng, failed.wait))
                 continue
             return LlmReply(text, prompt_tokens, completion_tokens, seconds=self._clock() - start,
-                            attempts=attempts, draw=draw), None
+                            attempts=attempts, draw=draw, truncated=cut), None, None
         if attempts > 1:
             error = f"{error} (after {attempts} attempts)"
         return LlmReply("", seconds=self._clock() - start, attempts=attempts,
-                        error=self._mask(error), draw=draw), rejected
+                        error=self._mask(error), draw=draw), rejected, setup
 
-    def _attempt(self, client, messages: list[dict]) -> tuple[str, int, int]:
-        """One request: (text, prompt tokens, completion tokens), or ``_Failed``."""
+    def _attempt(self, client, messages: list[dict]) -> tuple[str, int, int, bool]:
+        """One request: (text, prompt tokens, completion tokens, cut at the token cap), or
+        ``_Failed``."""
         import openai
 
         c = self.config
@@ -250,10 +301,13 @@ class LlmClient:
             # 408 is the server's own timeout: as transient as ours.
             retry = code in (408, 429) or code >= 500
             message = error_message(err)
+            if code == 400 and context_overflow(message):  # a long prompt: the next may fit
+                raise _Failed(f"HTTP 400: {_short(message)}; {OVERFLOW_HINT}",
+                              retry=False) from None
             raise _Failed(f"HTTP {code}: {_short(message)}", retry=retry,
                           wait=_retry_after(err.response),
                           rejected=rejected_field(err, message, fields) if code == 400
-                          else None) from None
+                          else None, setup=SETUP_STATUS.get(code)) from None
         except (ValueError, openai.APIResponseValidationError) as err:
             raise _Failed(f"malformed response: {_short(str(err))}", retry=False) from None
         except openai.OpenAIError as err:
@@ -277,7 +331,7 @@ class LlmClient:
         entry = {"model": self.config.model, "fields": request_fields(self.config),
                  "draw": reply.draw, "messages": messages, "text": reply.text,
                  "prompt_tokens": reply.prompt_tokens,
-                 "completion_tokens": reply.completion_tokens}
+                 "completion_tokens": reply.completion_tokens, "truncated": reply.truncated}
         write_atomic(self.log_dir / "cache" / f"{key}.json", self._dumps(entry))
 
     def _log(self, purpose: str, messages: list[dict], reply: LlmReply, key: str) -> None:
@@ -318,8 +372,9 @@ def backoff(attempt: int, rng: random.Random, retry_after: float | None = None) 
     return wait
 
 
-def _extract(response) -> tuple[str, int, int]:
-    """Text and token counts from a completion; ``_Failed`` if it has no usable answer."""
+def _extract(response) -> tuple[str, int, int, bool]:
+    """Text, token counts and whether the answer was cut at the token cap (finish_reason
+    "length"), from a completion; ``_Failed`` if it has no usable answer."""
     # A non-JSON content type makes the openai client hand back a plain str, and an
     # unexpected JSON shape gives an unvalidated object: check everything we touch.
     try:
@@ -327,6 +382,7 @@ def _extract(response) -> tuple[str, int, int]:
         if not choices:
             raise _Failed("malformed response: no choices", retry=False)
         text = choices[0].message.content
+        cut = getattr(choices[0], "finish_reason", None) == "length"
         usage = getattr(response, "usage", None)
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -334,7 +390,7 @@ def _extract(response) -> tuple[str, int, int]:
         raise _Failed(f"malformed response: {_short(str(err))}", retry=False) from None
     if not isinstance(text, str):
         raise _Failed("malformed response: the answer has no text content", retry=False)
-    return text, prompt_tokens, completion_tokens
+    return text, prompt_tokens, completion_tokens, cut
 
 
 def _digest(text: str) -> str:

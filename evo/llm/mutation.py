@@ -98,8 +98,10 @@ class LlmMutator:
         self.own_methods: dict[str, list] = {}
 
     def check(self) -> None:
-        """Fail early (one clear line) when the LLM cannot be used: no key, no openai."""
+        """Fail early (one clear line) when the LLM cannot be used: no key, no openai, an
+        endpoint that refuses the key, cannot be reached or does not serve the model."""
         self.client.check()
+        self.client.preflight()
 
     def messages(self, spec: KernelSpec, genome: Genome, view: SearchView,
                  mode: str = "full", other: Genome | None = None) -> list[dict]:
@@ -143,7 +145,9 @@ class LlmMutator:
         gene = _patch_gene(reply.text) if reply.ok else None
         if gene is None:
             self.counts["no_patch" if reply.ok else "call_failed"] += 1
-            if reply.ok:
+            if reply.truncated:  # cut at [llm] max_tokens: not the model's format to correct
+                self.counts["cut"] += 1
+            elif reply.ok:
                 self.history.add(spec.name, str(genome), "no_edit")
             return None
         self.counts["proposed"] += 1
@@ -177,7 +181,7 @@ class LlmMutator:
 
     def _learn(self, kernel: str, text: str) -> None:
         """Keep the answer's LESSON line (the LLM's insight) for the kernel's next prompts."""
-        found = _LESSON_RE.search(text)
+        found = _LESSON_RE.search(final_answer(text))
         if not found:
             return
         lesson = found.group(1).strip()[:200]
@@ -248,7 +252,7 @@ class LlmMutator:
         resumed run needs (draw counts, the patch history, the method catalogue)."""
         out = {**self.client.stats(), **{k: self.counts[k] for k in
                                          (*STAGES, *KINDS_ASKED, "repairs", "no_patch",
-                                          "call_failed")}}
+                                          "call_failed", "cut")}}
         out["ncu_passes"] = self.counts["ncu_passes"]
         out["state"] = {**out["state"], "history": self.history.to_json(),
                         "ncu": dict(sorted(self.ncu.items())), "asked": dict(self.asked),
@@ -261,7 +265,7 @@ class LlmMutator:
     def restore(self, data: dict) -> None:
         """Continue from a checkpoint (client counters and draws, stages, history)."""
         self.client.restore_stats(data)
-        for k in (*STAGES, *KINDS_ASKED, "repairs", "no_patch", "call_failed"):
+        for k in (*STAGES, *KINDS_ASKED, "repairs", "no_patch", "call_failed", "cut"):
             self.counts[k] = data.get(k, 0)
         state = data.get("state") if isinstance(data.get("state"), dict) else {}
         self.history.restore(state.get("history"))
@@ -321,7 +325,19 @@ def _versus(result: Measurement, parent_fitness: float) -> str:
     return f"{result.cycles:.0f} vs {parent_fitness:.0f} cycles ({change:+.1%}{static})"
 
 
+_THINK = re.compile(r"<think>.*?(</think>|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+def final_answer(text: str) -> str:
+    """A reasoning model's answer without its reasoning: every ``<think>...</think>`` block
+    out, and an unclosed ``<think>`` to the end (an answer cut while thinking has no final
+    part). Drafts of a patch inside the reasoning are not the patch; before, they were
+    joined with the final one or applied in its place."""
+    return _THINK.sub("", text)
+
+
 def _patch_gene(text: str) -> PatchGene | None:
+    text = final_answer(text)
     diff = extract_patch(text)
     if diff is None:
         return None

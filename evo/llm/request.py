@@ -61,11 +61,27 @@ def error_message(err) -> str:
     return str(err.message)
 
 
+_OVERFLOW = re.compile(r"context (length|window)|maximum context|too many tokens|prompt is too long",
+                       re.IGNORECASE)
+OVERFLOW_HINT = ("the prompt and the answer's token cap exceed the model's context: lower "
+                 "[llm] max_tokens (or [llm] history_chars), or use a model with a longer context")
+
+
+def context_overflow(message: str) -> bool:
+    """Whether an HTTP 400 says the prompt plus the answer's cap do not fit the context
+    (vLLM: "'max_tokens' is too large: 4096. This model's maximum context length is 8192
+    tokens ..."): this prompt's problem, not a field the endpoint refuses."""
+    return bool(_OVERFLOW.search(message))
+
+
 def rejected_field(err, message: str, fields: Mapping) -> str | None:
     """The request field that an HTTP 400 names, if it is one that [llm] makes us send:
     the error's ``param`` (OpenAI), else the first such name the message mentions (vLLM,
     llama.cpp and proxies word it their own way). None for anything else, e.g. a prompt
-    too long for the context (``param: messages``): that is this prompt's problem."""
+    too long for the context (``param: messages``, or vLLM naming max_tokens in its
+    context-length message: ``context_overflow``): that is this prompt's problem."""
+    if context_overflow(message):
+        return None
     param = getattr(err, "param", None)
     if isinstance(param, str) and param in fields:
         return param
