@@ -350,6 +350,16 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(p)
     p.set_defaults(func=commands.cmd_show)
 
+    p = command("diff", "what a run's best variant of KERNEL changed: the baseline -> best "
+                        "diff of its PTX and of its SASS, with the genome and its reduced form")
+    p.add_argument("run", type=Path, metavar="RUN", help="a run folder (runs/<name>)")
+    p.add_argument("kernel", metavar="KERNEL", help="a kernel of the run")
+    p.add_argument("--context", type=int, default=3, metavar="N",
+                   help="lines of context around each change (default 3)")
+    p.add_argument("--no-sass", action="store_true",
+                   help="the PTX diff only (no ptxas or cuobjdump run)")
+    p.set_defaults(func=commands.cmd_diff)
+
     p = command("prompt", "print the exact messages evo would send the LLM for KERNEL now "
                           "(no call is made)")
     p.add_argument("kernel", metavar="KERNEL", help="a suite name or a spec (.toml)")

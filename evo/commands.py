@@ -469,6 +469,17 @@ def cmd_show(args) -> int:
     return exit_codes.OK
 
 
+def cmd_diff(args) -> int:
+    from evo.diff import diff_lines
+    from evo.rundir import RunDir
+
+    if args.context < 0:
+        raise EvoError("--context must be 0 or more")
+    for line in diff_lines(RunDir.open(args.run), args.kernel, args.context, not args.no_sass):
+        print(line)
+    return exit_codes.OK
+
+
 def cmd_plot(args) -> int:
     from evo.plots import plot_bench, plot_runs
 

@@ -59,3 +59,26 @@ def test_a_run_reports_the_reduced_best(tmp_path, capsys):
     assert main(["show", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["kernels"][0]["reduced_genome_text"] == entry["text"]
+
+
+@needs_ptxas
+def test_evo_diff_shows_what_the_best_changed_in_ptx_and_sass(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--backend", "static", "--kernel", "gemm_tile_4x6x8", "--kernel",
+                 "relu", "--generations", "3", "--pop", "6", "--seed", "1",
+                 "--store", str(tmp_path / "s.sqlite"), "--out", str(out), "-q"]) == 0
+    capsys.readouterr()
+    best = Genome.from_json(json.loads((out / "best" / "gemm_tile_4x6x8.genome.json").read_text()))
+    assert best.genes  # the search found a variant: there is something to show
+    assert main(["diff", str(out), "gemm_tile_4x6x8"]) == 0
+    text = capsys.readouterr().out
+    assert f"best genome: {best}" in text
+    assert "--- gemm_tile_4x6x8 baseline PTX" in text and "+++ gemm_tile_4x6x8 best PTX" in text
+    assert "--- gemm_tile_4x6x8 baseline SASS" in text  # cuobjdump is installed with ptxas
+    sass = text.split("baseline SASS", 1)[1]
+    assert any(line.startswith(("-", "+")) and not line.startswith(("---", "+++"))
+               for line in sass.splitlines())  # the machine code changed, and it shows
+    assert main(["diff", str(out), "gemm_tile_4x6x8", "--no-sass"]) == 0
+    assert "SASS" not in capsys.readouterr().out
+    assert main(["diff", str(out), "no_such_kernel"]) == 2
+    assert "no best genome for no_such_kernel" in capsys.readouterr().err
