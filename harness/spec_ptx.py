@@ -90,12 +90,73 @@ def uses_dynamic_shared(ptx_text: str, entry: str) -> str | None:
     return next((n for n in names if re.search(rf"(?<![\w$]){re.escape(n)}(?![\w$])", body)), None)
 
 
+# A global access's type -> the buffer dtype it proves; untyped bits say only the width.
+_ACCESS_DTYPES = {"f32": "f32", "f64": "f64", "f16": "f16", "s32": "i32", "u32": "u32",
+                  "s64": "i64", "u64": "u64", "s8": "i8", "u8": "u8", "bf16": "bf16"}
+_BITS_GUESS = {"b8": ("u8", "u8 or i8"), "b16": ("f16", "f16 or bf16"),
+               "b32": ("f32", "f32, i32 or u32"), "b64": ("f64", "f64, i64 or u64")}
+
+
+@dataclass(frozen=True)
+class PointerUse:
+    """What an entry's body proves about one pointer param: ``dtype`` (None: never
+    accessed through it, or accessed as untyped bits: ``guess`` then says the width's
+    candidates), ``role`` (in, out, inout; None: not accessed), and the accesses seen."""
+
+    dtype: str | None
+    role: str | None
+    accesses: tuple[str, ...]
+    guess: str = ""
+
+
+def pointer_uses(ptx_text: str, entry: str) -> dict[str, PointerUse]:
+    """Each pointer param's dtype and role from the entry's global loads, stores and atomics
+    (their type suffix; the params each address may derive from, ``PointerInfo``). An
+    access whose address may come from several params counts for each."""
+    from genomes.memory import PointerInfo
+    from genomes.ptx import parse
+
+    fn = next((f for f in parse(ptx_text).entries if f.name == entry), None)
+    if fn is None:
+        return {}
+    info = PointerInfo(fn)
+    seen: dict[str, list[tuple[str, str]]] = {}  # param -> (load/store, type)
+    for ins in fn.instructions():
+        if ins.op not in ("ld", "st", "atom", "red") or "global" not in ins.mods:
+            continue
+        addr = ins.address()
+        if addr is None or not addr.base.startswith("%"):
+            continue
+        kind = {"ld": "load", "st": "store"}.get(ins.op, "load+store")
+        types = [m for m in ins.mods if m in _ACCESS_DTYPES or m in _BITS_GUESS]
+        for param in info.provenance(addr.base) - {"*"}:
+            seen.setdefault(param, []).append((kind, types[-1] if types else ""))
+    out = {}
+    for param, uses in seen.items():
+        kinds = {k for k, _ in uses}
+        loads, stores = any("load" in k for k in kinds), any("store" in k for k in kinds)
+        role = "inout" if loads and stores else "out" if stores else "in"
+        typed = [_ACCESS_DTYPES[t] for _, t in uses if t in _ACCESS_DTYPES]
+        bits = [t for _, t in uses if t in _BITS_GUESS]
+        accesses = tuple(sorted({f"{k} .{t}" for k, t in uses if t}))
+        if typed:  # the narrowest typed access (a vector of u8 is still u8 data)
+            dtype = min(typed, key=lambda d: (DTYPE_BITS[d], typed.count(d) * -1))
+            out[param] = PointerUse(dtype, role, accesses)
+        elif bits:
+            out[param] = PointerUse(None, role, accesses, _BITS_GUESS[bits[0]][1])
+        else:
+            out[param] = PointerUse(None, role, accesses)
+    return out
+
+
 def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None = None) -> str:
     """A TOML spec skeleton for one PTX entry, with "TODO" where only the user knows.
 
-    64-bit params (.u64 / .b64) become buffers (count and role TODO), the rest scalars of the
-    matching dtype (value TODO). load_spec rejects any remaining "TODO" by name. With one
-    entry in the PTX, `entry` may be omitted; `ptx_name` defaults to "<entry>.ptx".
+    64-bit params (.u64 / .b64) become buffers, the rest scalars of the matching dtype
+    (value TODO). A buffer's dtype and role come from the body's global accesses where
+    they prove them (``pointer_uses``), each line saying which; its count stays TODO.
+    load_spec rejects any remaining "TODO" by name. With one entry in the PTX, `entry` may
+    be omitted; `ptx_name` defaults to "<entry>.ptx".
     """
     entries = ptx_entries(ptx_text)
     if entry is None:
@@ -111,17 +172,46 @@ def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None 
              "shared_mem = 0                  # dynamic shared memory, bytes",
              'timing = "clock64"              # "clock64" for single-block kernels, "events" for many-block',
              'description = ""', "", "[tolerance]", "rtol = 1e-05", "atol = 1e-05"]
+    try:
+        uses = pointer_uses(ptx_text, entry)
+    except Exception:  # PTX the parser cannot read: the skeleton says so, param by param
+        uses = {}
     for i, ptx in enumerate(entries[entry]):
         name = ptx.name.removeprefix(entry + "_")
         lines += ["", "[[params]]", f'name = "{name if name.isidentifier() else f"p{i}"}"']
         if ptx.bits == 64 and ptx.ptx_type in ("u64", "b64"):
-            lines += ['kind = "buffer"',
-                      'dtype = "f32"                   # element type: f32 f64 f16 i32 u32 i64 u64 i8 u8',
-                      'count = "TODO"                  # element count',
-                      'role = "TODO"                   # in | out | inout',
-                      'fill = "normal"                 # normal | uniform | int | const']
+            lines += ['kind = "buffer"'] + _buffer_lines(uses.get(ptx.name))
         else:
             dtype = _PTX_SCALAR_DTYPES.get(ptx.ptx_type, "TODO") if ptx.bits <= 64 else "TODO"
             lines += ['kind = "scalar"', f'dtype = "{dtype}"                   # from .{ptx.ptx_type}',
                       'value = "TODO"']
     return "\n".join(lines) + "\n"
+
+
+def _buffer_lines(use: PointerUse | None) -> list[str]:
+    """A buffer's dtype, count, role and fill lines, inferred where the PTX proves them."""
+    seen = f"from {', '.join(use.accesses)}" if use and use.accesses else ""
+    if use and use.dtype:
+        dtype, why = use.dtype, f"inferred {seen}"
+    elif use and use.guess:
+        dtype, why = "TODO", f"{use.guess}? ({seen})"
+    else:
+        dtype, why = "TODO", "not accessed as global memory here: f32 f64 f16 bf16 i32 u32 ..."
+    lines = [f'dtype = "{dtype}"'.ljust(32) + f"# {why}",
+             'count = "TODO"                  # element count']
+    if use and use.role:
+        lines.append(f'role = "{use.role}"'.ljust(32) + f"# inferred: {_ROLE_WHY[use.role]}")
+    else:
+        lines.append('role = "TODO"                   # in | out | inout')
+    if dtype in ("u8", "i8"):  # the whole range of a byte is valid data
+        low, high = (0, 256) if dtype == "u8" else (-128, 128)
+        lines += ['fill = "int"', f"low = {low}", f"high = {high}".ljust(32) + "# exclusive"]
+    elif dtype in ("i32", "u32", "i64", "u64"):
+        lines += ['fill = "int"'.ljust(32) + "# integers: the range the kernel expects",
+                  "low = 0", 'high = "TODO"                   # exclusive (indices: the table size)']
+    else:
+        lines.append('fill = "normal"                 # normal | uniform | int | const')
+    return lines
+
+
+_ROLE_WHY = {"in": "only read", "out": "only written", "inout": "read and written"}
