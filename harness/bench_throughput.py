@@ -142,6 +142,7 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
         summary = {
             "backend": backend.name, "device": backend.device, "chosen_because": backend.chosen_because,
             "startup_seconds": round(setup, 3),
+            "buffer_bytes": sum(p.nbytes for spec in specs for p in spec.buffers()),
             # device, not backend name: a cluster of static workers estimates too
             "static": backend.device == "static", "seconds": round(elapsed, 3), "batches": batches,
             "batch_size": batch, "seed": seed, "kernels": len(names), "ahead": ahead,
@@ -199,8 +200,7 @@ def format_table(per_kernel: dict[str, dict]) -> str:
     lines = ["| kernel | buffers | measured/s | unique PTX/s | worker ms per candidate | largest phases (ms) |",
              "|---|---|---|---|---|---|"]
     for name, s in per_kernel.items():
-        spec = kernel_spec(name)
-        mib = sum(p.nbytes for p in spec.buffers()) / 2**20
+        mib = s["buffer_bytes"] / 2**20
         phases = s.get("phases", {})
         top = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in list(phases.items())[:4])
         tag = f" [{STATIC_TAG}]" if s["static"] else ""

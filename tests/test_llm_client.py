@@ -35,6 +35,15 @@ def make(server, tmp_path, *, env=ENV, **over):
     return client, sleeps
 
 
+def _dead_url() -> str:
+    """A loopback endpoint nobody listens on: a port the system just handed out, closed."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
 def logs(tmp_path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((tmp_path / "llm").glob("*.json"))]
 
@@ -304,12 +313,7 @@ def test_an_endpoint_refusing_the_setup_stops_the_run_at_once(llm_server, tmp_pa
 
 
 def test_an_endpoint_that_never_answers_stops_after_a_few_calls(tmp_path):
-    import socket
-
-    with socket.socket() as sock:  # a loopback port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    values = {"base_url": f"http://127.0.0.1:{port}/v1", "model": "m",
+    values = {"base_url": _dead_url(), "model": "m",
               "api_key_env": "EVO_TEST_KEY", "timeout": 2.0, "retries": 1, "max_calls": 50}
     client = LlmClient(LlmConfig(**values), tmp_path / "llm", env=ENV, sleep=lambda s: None)
     replies = [client.complete([{"role": "user", "content": f"q{i}"}], "m") for i in range(2)]
@@ -358,12 +362,7 @@ def test_preflight_judges_the_endpoint_before_any_work(llm_server, tmp_path):
 
 
 def test_preflight_names_an_endpoint_nobody_listens_on(tmp_path):
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    config = LlmConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m",
+    config = LlmConfig(base_url=_dead_url(), model="m",
                        api_key_env="EVO_TEST_KEY", timeout=2.0)
     with pytest.raises(LlmError, match="cannot be reached"):
         LlmClient(config, None, env=ENV).preflight()

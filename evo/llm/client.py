@@ -162,14 +162,15 @@ class LlmClient:
         self._log(purpose, messages, reply, key)
         if rejected is not None:
             raise LlmError(rejection(rejected, reply.error))
-        where = f"{self.config.base_url or 'the openai default'}, model {self.config.model!r}"
         if setup is not None:
-            raise LlmError(f"the LLM endpoint refuses the run: {setup} ({reply.error}; {where}): "
+            raise LlmError(f"the LLM endpoint refuses the run: {setup} ({reply.error}; "
+                           f"{self._where()}, model {self.config.model!r}): "
                            f"check [llm] base_url, model and ${self.config.api_key_env}, "
                            "or set [llm] rate = 0")
         if self._unanswered >= SETUP_FAILURES:
             raise LlmError(f"the LLM endpoint never answered: {SETUP_FAILURES} calls failed "
-                           f"in a row ({reply.error}; {where}): check [llm] base_url and "
+                           f"in a row ({reply.error}; {self._where()}, model "
+                           f"{self.config.model!r}): check [llm] base_url and "
                            "that the server is up, or set [llm] rate = 0")
         return reply
 
@@ -192,6 +193,10 @@ class LlmClient:
                                          max_retries=0)
         return self._openai
 
+    def _where(self) -> str:
+        """The endpoint, as an error names it."""
+        return self.config.base_url or "the openai default endpoint"
+
     def preflight(self) -> None:
         """Ask the endpoint which models it serves (``GET /models``: no tokens spent) before
         the run does any work; ``LlmError`` when it refuses the key, cannot be reached, or
@@ -200,7 +205,7 @@ class LlmClient:
         import openai
 
         client = self.check()
-        where = self.config.base_url or "the openai default endpoint"
+        where = self._where()
         hint = "check [llm] base_url, model and the key, or set [llm] rate = 0"
         try:
             served = [m.id for m in client.models.list().data]
