@@ -4,7 +4,8 @@ The correctness gate (``harness.gate``, run by the GPU worker) compares outputs.
 defects leave the outputs right and so pass it: a read past the end of a buffer (canaries
 see writes, not reads), a shared-memory race that did not fire on the checked launches, a
 ``.nc`` load of a buffer the kernel writes (undefined behaviour that happens to work), a
-result that changes from run to run. ``check_finalist(spec, ptx, launch)`` runs, in order:
+result that changes from run to run. ``check_finalist(spec, ptx, launch)`` runs these checks
+(the processes of 2-4 at once) and reports the first failure in this order:
 
 1. **static**: no ``ld.global.nc`` from a pointer param the kernel also stores through
    (``unsafe_nc_loads``; the ``cache_ld`` transform never makes one, an LLM patch may);
@@ -26,6 +27,7 @@ silent pass.
 
 from __future__ import annotations
 
+import concurrent.futures
 import glob
 import json
 import os
@@ -269,32 +271,47 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
         tools = [MEMCHECK, RACECHECK] if uses_shared_memory(spec, ptx) else [MEMCHECK]
         if RACECHECK not in tools:
             details[RACECHECK] = "skipped: the kernel uses no shared memory"
-        for tool in tools:
-            extra = ["--padding", str(PADDING_BYTES)] if tool == MEMCHECK else []
-            cmd = [exe, "--tool", tool, "--print-limit", str(PRINT_LIMIT), *extra,
-                   *_driver_cmd(cubin, spec, launch, seed)]
-            code, text, seconds = _run(cmd, timeout_s)
-            verdict, facts = parse_sanitizer(tool, text, code)
-            details[tool] = {**facts, "verdict": verdict, "seconds": round(seconds, 2),
-                             "command": " ".join(cmd[:8]) + " ..."}
-            if verdict == NOT_RUN:
-                return FinalistResult(False, f"{NOT_RUN}: {tool} could not check on this "
-                                      f"machine: {facts['why']}", details)
-            if verdict == "failed":
-                what = (f"{facts['errors']} errors; first: {facts['first']}" if facts.get("errors")
-                        else facts["first"])
-                return FinalistResult(False, f"{tool}: {what}", details)
+        commands = {tool: [exe, "--tool", tool, "--print-limit", str(PRINT_LIMIT),
+                           *(["--padding", str(PADDING_BYTES)] if tool == MEMCHECK else []),
+                           *_driver_cmd(cubin, spec, launch, seed)] for tool in tools}
         outs = [Path(tmp, f"run{i}.npz") for i in (1, 2)]
-        for out in outs:
-            code, text, seconds = _run(_driver_cmd(cubin, spec, launch, seed, out), timeout_s)
-            if code != 0 or DRIVER_OK not in text:
-                why = _driver_error(text) or text.strip()[-300:]
-                if "setup error" in why:
-                    return FinalistResult(False, f"{NOT_RUN}: the determinism runs could not "
-                                          f"start: {why}", details)
-                return FinalistResult(False, f"{DRIVER_FAILED}: {why}", details)
+        commands.update({out.stem: _driver_cmd(cubin, spec, launch, seed, out) for out in outs})
+        # The runs are independent processes: all at once, read in the docstring's order
+        # (each waits ~1 s to start Python and CuPy: one after another, 3-6 s a kernel).
+        with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
+            runs = {name: pool.submit(_run, cmd, timeout_s) for name, cmd in commands.items()}
+            failed = _first_failure(tools, commands, runs, details)
+        if failed is not None:
+            return failed
         differ = _compare_runs(spec, *outs, seed)
         details["determinism"] = differ or f"two runs bitwise identical (seed {seed})"
         if differ:
             return FinalistResult(False, differ, details)
     return FinalistResult(True, OK, details)
+
+
+def _first_failure(tools: list[str], commands: dict, runs: dict,
+                   details: dict) -> FinalistResult | None:
+    """The first check of ``runs`` (futures of ``_run``) that failed or could not run, in
+    the order sanitizer tools, then the two determinism runs; None when all passed."""
+    for tool in tools:
+        code, text, seconds = runs[tool].result()
+        verdict, facts = parse_sanitizer(tool, text, code)
+        details[tool] = {**facts, "verdict": verdict, "seconds": round(seconds, 2),
+                         "command": " ".join(commands[tool][:8]) + " ..."}
+        if verdict == NOT_RUN:
+            return FinalistResult(False, f"{NOT_RUN}: {tool} could not check on this "
+                                  f"machine: {facts['why']}", details)
+        if verdict == "failed":
+            what = (f"{facts['errors']} errors; first: {facts['first']}" if facts.get("errors")
+                    else facts["first"])
+            return FinalistResult(False, f"{tool}: {what}", details)
+    for name in [n for n in commands if n not in tools]:
+        code, text, _ = runs[name].result()
+        if code != 0 or DRIVER_OK not in text:
+            why = _driver_error(text) or text.strip()[-300:]
+            if "setup error" in why:
+                return FinalistResult(False, f"{NOT_RUN}: the determinism runs could not "
+                                      f"start: {why}", details)
+            return FinalistResult(False, f"{DRIVER_FAILED}: {why}", details)
+    return None
