@@ -157,23 +157,25 @@ class Evaluator:
         return self._finish(batch)
 
     def code_keys(self, spec, genomes: list[Genome]) -> list[str | None]:
-        """Each genome's machine code, as a key, without measuring it: applied here and
-        assembled alone (the backend's ptxas), keyed by its code, registers, shared
-        memory and launch; None where ptxas refuses it. Two genomes with one key run the
-        same kernel, so a search spends a trial on one of them only (``[evolve]
-        novel_code``). The keys are comparable with each other, not with the store's
-        (which, on the GPU, come from the variant assembled with its clock64 twin)."""
-        module = self._module(spec)
-        variants = [_variant(spec, g, apply_genome(module, g, spec.launch)) for g in genomes]
+        """Each genome's machine code, as a key, without measuring it: applied and
+        assembled as ``prepare`` does (with its clock64 twin where the backend times
+        with one), keyed by its own code, registers, shared memory and launch, as the
+        store keys it; None where ptxas refuses it. Two genomes with one key run the same
+        kernel, so a search spends a trial on one of them only (``[evolve] novel_code``)."""
+        variants = [_variant(spec, g, a, twin) for g, (a, twin)
+                    in zip(genomes, self._apply_all(spec, genomes))]
         with self._lock:
             todo = {v.ptx_hash: v for v in variants
                     if (spec.store_name, v.ptx_hash) not in self._code_keys}
-        compiled = self.backend.compile_many([v.ptx for v in todo.values()], self.arch,
-                                             self.workers) if todo else []
+        # The text that ``prepare`` will assemble (with its clock64 twin where the backend
+        # wants one): a genome measured after this look-up is then a ptxas cache hit, not
+        # a second run (gemm_tile_12x12x12: ~0.5 s a run, two a candidate before).
+        compiled = self._compile(list(todo.values()))
+        twin = (clock_entry_name(spec.entry),)
         with self._lock:
             for (key, v), c in zip(todo.items(), compiled):
-                self._code_keys[(spec.store_name, key)] = \
-                    compiled_key(spec, c, v.launch) if c.ok else None
+                self._code_keys[(spec.store_name, key)] = compiled_key(
+                    spec, c, v.launch, exclude=twin if v.twin_ptx else ()) if c.ok else None
             return [self._code_keys[(spec.store_name, v.ptx_hash)] for v in variants]
 
     def close(self) -> None:
@@ -193,11 +195,13 @@ class Evaluator:
 
     # ------------------------------------------------------------------ pipeline
     def _apply_all(self, spec, genomes: list[Genome]) -> list[tuple[Applied, str | None]]:
-        """Each genome applied, with the PTX that adds its clock64 twin when made in the
-        pool (instrumenting is pure Python too: in the pool it costs the GPU stage nothing)."""
+        """Each genome applied, with the PTX that adds its clock64 twin where the backend
+        times with one; in the pool for large batches on machines with cores to spare
+        (instrumenting is pure Python too: in the pool it costs the GPU stage nothing)."""
+        entry = spec.entry if self.backend.wants_clock_ptx and spec.timing == "clock64" else None
         if (self._apply_pool is None and self.apply_workers < 2) or len(genomes) < 4:
             module = self._module(spec)
-            return [(apply_genome(module, g, spec.launch), None) for g in genomes]
+            return [with_twin(apply_genome(module, g, spec.launch), entry) for g in genomes]
         with self._setup_lock:
             if self._apply_pool is None:
                 from harness import spawn
@@ -205,7 +209,6 @@ class Evaluator:
                 self._apply_pool = concurrent.futures.ProcessPoolExecutor(
                     self.apply_workers, mp_context=spawn.context())
         path = str(spec.ptx_path)
-        entry = spec.entry if self.backend.wants_clock_ptx and spec.timing == "clock64" else None
         launch = spec.launch.to_json()
         n = len(genomes)
         return list(self._apply_pool.map(apply_from_file, [path] * n, [spec.entry] * n,
@@ -248,14 +251,7 @@ class Evaluator:
         # per candidate, not two; the twin of a code the store then knows is wasted, ~8 %).
         todo = [v for h, v in b.by_ptx.items() if h not in b.result]
         start = time.perf_counter()
-        compiled = self.backend.compile_many([v.twin_ptx or v.ptx for v in todo], self.arch,
-                                             self.workers)
-        # A module whose twin breaks it says nothing about the variant: assemble that alone
-        # (the backend then instruments it apart, and reports why the twin fails).
-        alone = [i for i, (v, c) in enumerate(zip(todo, compiled)) if v.twin_ptx and not c.ok]
-        for i, c in zip(alone, self.backend.compile_many([todo[i].ptx for i in alone],
-                                                         self.arch, self.workers)):
-            todo[i].twin_ptx, compiled[i] = None, c
+        compiled = self._compile(todo)
         stats.compile_seconds += time.perf_counter() - start
         stats.compiled += len(todo)
         b.version = ptxas_version() if todo else ""
@@ -324,6 +320,21 @@ class Evaluator:
                 v.code_hash = b.by_ptx[v.ptx_hash].code_hash or b.result[v.ptx_hash].sass_hash
         return [_personal(b.result[v.ptx_hash], v, v.ptx_hash in b.cached) for v in b.variants]
 
+    def _compile(self, variants: list[Variant]) -> list:
+        """ptxas on each variant, with its clock64 twin in one module where it has one. A
+        module whose twin breaks it says nothing about the variant: that is assembled
+        alone and loses its twin (the backend then instruments it apart, and reports why)."""
+        if not variants:
+            return []
+        compiled = self.backend.compile_many([v.twin_ptx or v.ptx for v in variants],
+                                             self.arch, self.workers)
+        alone = [i for i, (v, c) in enumerate(zip(variants, compiled)) if v.twin_ptx and not c.ok]
+        if alone:
+            for i, c in zip(alone, self.backend.compile_many([variants[i].ptx for i in alone],
+                                                             self.arch, self.workers)):
+                variants[i].twin_ptx, compiled[i] = None, c
+        return compiled
+
     def _baseline_text(self, spec) -> str:
         """The kernel's unmodified PTX (read once per kernel)."""
         if spec.store_name not in self._texts:
@@ -355,20 +366,26 @@ def apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: s
     """Apply a genome in a pool process (the baseline is parsed once per process); with
     ``clock_entry``, also the result with its clock64 twin (``with_clock_twin``; None if
     that fails: the backend then instruments it itself and reports why)."""
-    from harness.instrument import with_clock_twin
-
     key = (ptx_path, entry)
     if key not in _APPLY_CACHE:  # the spec's baseline, as KernelSpec.ptx_text reads it
         _APPLY_CACHE[key] = ptx_model.parse(baseline_ptx(ptx_path, entry), ptx_path)
     launch = Launch.from_json(launch_json) if launch_json is not None else None
-    applied = apply_genome(_APPLY_CACHE[key], Genome.from_json(genome_json), launch)
-    twin = None
-    if clock_entry is not None:
-        try:
-            twin = with_clock_twin(applied.ptx, clock_entry)
-        except Exception:
-            twin = None
-    return applied, twin
+    return with_twin(apply_genome(_APPLY_CACHE[key], Genome.from_json(genome_json), launch),
+                     clock_entry)
+
+
+def with_twin(applied: Applied, entry: str | None) -> tuple[Applied, str | None]:
+    """``applied`` and, for ``entry``, its PTX with the clock64 twin of that entry (None
+    without an entry, or where instrumenting fails: the backend then instruments the
+    variant itself and reports why)."""
+    from harness.instrument import with_clock_twin
+
+    if entry is None:
+        return applied, None
+    try:
+        return applied, with_clock_twin(applied.ptx, entry)
+    except Exception:
+        return applied, None
 
 
 def _variant(spec, genome: Genome, applied: Applied, twin_ptx: str | None = None) -> Variant:

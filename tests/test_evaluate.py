@@ -290,3 +290,30 @@ def test_clock64_twins_assemble_with_their_variants(tmp_path):
     plain = Evaluator(CountingBackend(), Store(tmp_path / "plain.sqlite")).evaluate(spec, genomes)
     assert [m.sass_hash for m in twinned] == [m.sass_hash for m in plain]
     assert [m.registers for m in twinned] == [m.registers for m in plain]
+
+
+def test_code_keys_assemble_what_the_measurement_will(tmp_path):
+    """The novelty look-up assembles each genome as ``prepare`` then does (with its clock64
+    twin on a backend that times with one, pool or not): the measurement's ptxas runs are
+    answered by the tool cache, and the keys are the store's code keys."""
+    spec = find_kernel(KERNEL)
+    genomes = _genomes("vec_ld", "vec_st", "cache_ld(policy=cg)")
+
+    class Recording(ClockBackend):
+        def __init__(self):
+            super().__init__()
+            self.texts: list[list[str]] = []
+
+        def compile_many(self, ptx_list, arch, workers):
+            self.texts.append(list(ptx_list))
+            return super().compile_many(ptx_list, arch, workers)
+
+    backend = Recording()
+    ev = Evaluator(backend, Store(tmp_path / "s.sqlite"), apply_workers=0)
+    keys = ev.code_keys(spec, genomes)
+    looked_up = backend.texts[-1]
+    assert len(looked_up) == 3 and all("__evo_clock" in t for t in looked_up)
+    measured = ev.evaluate(spec, genomes)
+    assert backend.texts[-1] == looked_up  # the same texts: ptxas cache hits
+    assert [m.sass_hash for m in measured] == keys
+    assert backend.prepared[-1] == 0  # the twins came with the variants
