@@ -10,11 +10,15 @@ uninterrupted run's rows): each kernel works on its own share of the checkpoint
 (``KernelLedger``) and holds its events until its next save, which appends them and writes
 the whole checkpoint under one lock, so the file never holds an event whose state the
 checkpoint lacks (``events_bytes``).
+
+Timing is not shared: ``GpuTurns`` keeps the steps that run their own processes on a GPU
+(the finalist check under compute-sanitizer, a peer's timing) apart from every measurement.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import copy
 import queue
 import threading
@@ -24,6 +28,47 @@ SECTIONS = ("kernels", "priors", "seconds", "reduced")  # the per-kernel entries
 
 class Stopped(Exception):
     """Raised inside a search when another kernel's failed or the run was interrupted."""
+
+
+class GpuTurns:
+    """Who uses the run's GPUs now, a readers-writer lock that lets writers go first.
+
+    Measurements share the GPUs (``shared``): each GPU's worker takes one candidate at a
+    time whoever asks. A step that starts processes of its own on a GPU (``alone``: the
+    finalist check, a peer's timing) waits until no measurement is running and holds new
+    ones back until it is done, so that it neither slows a timing nor is slowed by one."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._sharing = 0
+        self._alone = False
+        self._waiting = 0  # steps waiting to be alone: new measurements wait behind them
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._alone and not self._waiting)
+            self._sharing += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._sharing -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self):
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not self._alone and not self._sharing)
+            self._waiting -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alone = False
+                self._cond.notify_all()
 
 
 class KernelLedger:

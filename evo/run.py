@@ -28,7 +28,8 @@ from harness.suite import find_kernel, list_kernels
 from evo import config as config_mod
 from evo import report, runmeta
 from evo.config import Config
-from evo.driver import AUTO_JOBS_PER_SLOT, KernelLedger, Stopped, each_kernel, jobs_for
+from evo.driver import (AUTO_JOBS_PER_SLOT, GpuTurns, KernelLedger, Stopped, each_kernel,
+                        jobs_for)
 from evo.learn import source as learn_source
 from evo.learn.observe import link_results
 from evo.progress import Progress
@@ -158,7 +159,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     runmeta.record_backend(run, backend)
     if run.fresh:  # set up without error: the run has started, and is the newest
         run.link_latest()
-    lock, stop = threading.Lock(), threading.Event()
+    lock, stop, turns = threading.Lock(), threading.Event(), GpuTurns()
     jobs = jobs_for(config.run.jobs, backend.offers(), len(kernels), llm is not None)
     if config.run.jobs == 0:
         progress.note(f"searching {jobs} kernel(s) at once ([run] jobs = 0: "
@@ -198,17 +199,21 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         config_k = config.override("run", max_evals=budgets[spec.name]) if budgets else config
         bar = progress.start_kernel(spec.name, _total_generations(config), slot)
         prior = ledger.checkpoint["priors"].get(spec.name)
-        start = time.perf_counter()
-        result = search_kernel(spec.name, config_k, _measurer(evaluator, spec, bar, stop),
+        start, parts = time.perf_counter(), {}
+        result = search_kernel(spec.name, config_k,
+                               _measurer(evaluator, spec, bar, stop, parts, turns),
                                ledger.events, ledger.checkpoint, ledger.save,
                                on_generation=bar.generation, spec=spec, llm=llm, prior=prior,
-                               code_keys=functools.partial(evaluator.code_keys, spec))
+                               code_keys=_timed(functools.partial(evaluator.code_keys, spec),
+                                                parts, "search: ptxas"))
         saved = ledger.checkpoint["kernels"][spec.name]
-        spent = _Seconds(ledger.checkpoint, spec.name)
+        spent = _Seconds(ledger.checkpoint, spec.name, lock)
         spent.add("search", start)
+        spent.add_parts(parts)
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             start = time.perf_counter()
-            _check_finalist(spec, result, saved, ledger.events)
+            with turns.alone():
+                _check_finalist(spec, result, saved, ledger.events)
             spent.add("finalist check", start)
             ledger.save()
         start = time.perf_counter()
@@ -217,7 +222,8 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         _write_best(run, spec, result)
         if config.run.confirm and backend.remeasures:
             start, before = time.perf_counter(), saved.get("confirmed")
-            result.confirmed = confirm(backend, spec, result, saved)
+            with turns.shared():
+                result.confirmed = confirm(backend, spec, result, saved)
             spent.add("measured again", start)
             if result.confirmed is not before:  # not the checkpoint's (resumed) one
                 ledger.events([{"type": "confirm", "kernel": spec.name, **result.confirmed}])
@@ -225,7 +231,8 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         if backend.remeasures and spec.peer and "peer" not in saved:
             progress.note(f"{spec.name}: timing its peer {spec.peer}")
             start = time.perf_counter()
-            saved["peer"] = peer_or_reason(spec, config.run.gpus[0])
+            with turns.alone():
+                saved["peer"] = peer_or_reason(spec, config.run.gpus[0])
             spent.add("peer", start)
         ledger.save()  # the steps' seconds, the peer
         bar.end(result)
@@ -269,11 +276,18 @@ class _Seconds:
     run must rebuild identically): report.md's table of where the run's time went. Steps
     run again on a resume add to them; a search cut midway counts from the resume."""
 
-    def __init__(self, checkpoint: dict, kernel: str):
-        self.seconds = checkpoint.setdefault("seconds", {}).setdefault(kernel, {})
+    def __init__(self, checkpoint: dict, kernel: str, lock: threading.Lock):
+        self.lock = lock  # other kernels' threads write the checkpoint meanwhile
+        with lock:
+            self.seconds = checkpoint.setdefault("seconds", {}).setdefault(kernel, {})
 
     def add(self, step: str, start: float) -> None:
-        self.seconds[step] = round(self.seconds.get(step, 0.0) + time.perf_counter() - start, 3)
+        self.add_parts({step: time.perf_counter() - start})
+
+    def add_parts(self, parts: dict[str, float]) -> None:
+        with self.lock:
+            for step, seconds in parts.items():
+                self.seconds[step] = round(self.seconds.get(step, 0.0) + seconds, 3)
 
 
 def confirm(backend, spec: KernelSpec, result, saved: dict) -> dict:
@@ -328,11 +342,34 @@ def _total_generations(config: Config) -> int:
             "greedy": config.greedy.max_steps}.get(config.run.strategy, 1)
 
 
-def _measurer(evaluator, spec: KernelSpec, bar, stop: threading.Event):
+def _timed(fn, parts: dict[str, float], step: str):
+    """``fn`` adding its wall seconds to ``parts[step]``."""
+    def timed(*args):
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            parts[step] = parts.get(step, 0.0) + time.perf_counter() - start
+    return timed
+
+
+def _measurer(evaluator, spec: KernelSpec, bar, stop: threading.Event, parts: dict[str, float],
+              turns: GpuTurns):
+    """The search's ``measure``: the evaluator's two stages, their seconds into ``parts``
+    (ptxas and the apply before it; the GPU worker's checks and timing, in the GPUs'
+    shared turn)."""
+    prepare = _timed(evaluator.prepare, parts, "search: ptxas")
+
+    def gpu(fn, *args):
+        with turns.shared():
+            return fn(*args)
+    on_gpu = _timed(gpu, parts, "search: GPU")
+
     def measure(genomes: list[Genome]):
         if stop.is_set():  # another kernel's search failed, or the run was interrupted
             raise Stopped(spec.name)
-        results = evaluator.evaluate(spec, genomes)
+        on_gpu(evaluator.baseline, spec)  # measured at the first call (prepare needs it)
+        results = on_gpu(evaluator.finish, prepare(spec, genomes))
         link_results(evaluator, spec.name, genomes, results)  # what each gene did: evo.learn
         base = evaluator.baseline(spec)
         bar.evaluated(results, base.cycles if base.valid else None)

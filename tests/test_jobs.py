@@ -108,3 +108,43 @@ def test_auto_jobs_are_two_per_measuring_slot_within_the_kernels():
     assert jobs_for(0, {"measure_slots": 2}, 10, llm=False) == 4
     assert jobs_for(0, {"measure_slots": 4}, 3, llm=False) == 3
     assert jobs_for(0, {"measure_slots": 4}, 10, llm=True) == 1
+
+
+def test_a_step_alone_on_the_gpu_waits_for_measurements_and_holds_new_ones_back():
+    """GpuTurns: the finalist check (alone) starts only once the running measurement
+    (shared) has ended, and a measurement asked for meanwhile waits until it is done."""
+    import threading
+    import time
+
+    from evo.driver import GpuTurns
+
+    turns, order = GpuTurns(), []
+    measuring, asked = threading.Event(), threading.Event()
+
+    def measurement(name, hold):
+        with turns.shared():
+            order.append(f"{name} starts")
+            measuring.set()
+            time.sleep(hold)
+            order.append(f"{name} ends")
+
+    def finalist():
+        measuring.wait()
+        asked.set()
+        with turns.alone():
+            order.append("finalist starts")
+            time.sleep(0.05)
+            order.append("finalist ends")
+
+    first = threading.Thread(target=measurement, args=("first", 0.2))
+    check = threading.Thread(target=finalist)
+    first.start()
+    check.start()
+    asked.wait()
+    time.sleep(0.05)  # the finalist is now waiting for the first measurement
+    second = threading.Thread(target=measurement, args=("second", 0.0))
+    second.start()
+    for t in (first, check, second):
+        t.join(5)
+    assert order == ["first starts", "first ends", "finalist starts", "finalist ends",
+                     "second starts", "second ends"]
