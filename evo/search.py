@@ -92,14 +92,29 @@ class KernelSearch:
         not checkpointed: a resumed search computes the same ones again."""
         if self.code_keys is None:
             return False
-        keys = [_key(g) for g in (genome, *batch)] + list(self.known)
+        keys = self._look_up([genome, *batch])
+        mine = self._codes[keys[0]]
+        return mine is not None and mine in {self._codes[k] for k in keys[1:]
+                                             if k != keys[0]}
+
+    def look_up_codes(self, genomes: list[Genome]) -> None:
+        """The machine code keys of ``genomes`` (and of every evaluated genome) in one
+        ``code_keys`` call, ahead of the ``same_code`` questions a strategy will ask of
+        them one at a time: its ptxas runs go in parallel, not one after another (a
+        first generation asking of 12 seeds of gemm_tile_12x12x12 took 26 s on an H200,
+        ~0.6 s a run)."""
+        if self.code_keys is not None:
+            self._look_up(genomes)
+
+    def _look_up(self, genomes) -> list[str]:
+        """The search keys of ``genomes``, with the code keys of those and of every
+        evaluated genome memoized (one ``code_keys`` call for the missing ones)."""
+        keys = [_key(g) for g in genomes] + list(self.known)
         missing = list(dict.fromkeys(k for k in keys if k not in self._codes))
         if missing:
             codes = self.code_keys([Genome.from_json(json.loads(k)) for k in missing])
             self._codes.update(zip(missing, codes))
-        mine = self._codes[keys[0]]
-        return mine is not None and mine in {self._codes[k] for k in keys[1:]
-                                             if k != keys[0]}
+        return keys
 
     def evaluate(self, genomes: list[Genome], generation: int) -> list[Measurement]:
         """Measurements for ``genomes`` (in order); new genomes count against the budget.

@@ -123,8 +123,8 @@ def test_gpu_backend_builds_requests_and_spreads_over_gpus():
 
     backend = GpuBackend([0, 1], seed=7, worker_factory=factory)
     assert backend.offers()["measure_slots"] == 2  # a candidate per GPU at a time
-    # No apply pool (as on a machine with few cores): the backend instruments each variant
-    # itself (test_evaluate covers the pool's variant-and-twin modules).
+    # No apply pool (as on a machine with few cores): each variant is still assembled with
+    # its clock64 twin in one module; the baseline, made apart, is instrumented by the backend.
     ev = Evaluator(backend, Store(":memory:"), apply_workers=0)
     spec = find_kernel("gemm_tile_2x2x2")
     genomes = [parse_inline(g) for g in ("vec_ld", "vec_st", "vec_ld,vec_st", "reorder(strategy=loads_first)")]
@@ -135,8 +135,10 @@ def test_gpu_backend_builds_requests_and_spreads_over_gpus():
     base_req = next(r for r in requests if r.check_reference)
     assert base_req.baseline_cycles is None and base_req.cubin == base_req.baseline_cubin
     for r in requests:
-        assert r.clock_cubin and r.clock_cubin != r.cubin  # clock64 spec: instrumented cubin
-        assert r.clock_entry is None  # ... whose entry has the kernel's own name
+        if r is base_req:  # an instrumented cubin of its own, whose entry has the kernel's name
+            assert r.clock_cubin and r.clock_cubin != r.cubin and r.clock_entry is None
+        else:  # the variant's own cubin, with the twin entry beside the kernel's
+            assert r.clock_cubin == r.cubin and r.clock_entry == f"{spec.entry}__evo_clock"
         assert len(set(r.check_seeds)) == CHECK_SEEDS and r.timing_seed not in r.check_seeds
         if r is not base_req:
             assert r.baseline_cycles == ev.baseline(spec).cycles and not r.check_reference

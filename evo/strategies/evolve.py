@@ -246,6 +246,9 @@ def _first_generation(tb: base.Toolbox, search, generation: int) -> list[Individ
         return [Individual(g) for g in _sweep_and_stack(tb, search, generation)]
     genomes = [Genome()]
     places = min(cfg.prior_seeds, pop_size - 1)
+    if cfg.novel_code and places:
+        every = len((search.prior or {}).get("seeds", []))  # in one batch of ptxas runs
+        search.look_up_codes(seed_genomes(search.prior, every, lambda g: False))
     seeds = seed_genomes(search.prior, places, lambda g: not _is_new(g, genomes, search))
     untried = first_seed_with_untried(search.prior, search.draw_from(), seeds)
     if untried is not None and untried not in seeds and not search.seen(untried):
@@ -267,7 +270,7 @@ def _vary(parents: list[Individual], tb: base.Toolbox, search) -> list[Individua
     for i in range(1, len(offspring), 2):
         if rng.random() < cfg.cxpb:
             offspring[i - 1], offspring[i] = tb.mate(offspring[i - 1], offspring[i])
-    children: list[Individual] = []
+    varied: list[tuple[Individual, bool]] = []  # each child, and whether the LLM made it
     llm = search.config.llm
     for i, child in enumerate(offspring):
         # The LLM draws happen only when the LLM (and each of its options) is on, so other
@@ -280,10 +283,15 @@ def _vary(parents: list[Individual], tb: base.Toolbox, search) -> list[Individua
             child = Individual(patched)
         elif rng.random() < cfg.mutpb:
             child, = tb.mutate(child)
+        varied.append((child, patched is not None))
+    if cfg.novel_code:  # every child's machine code in one batch of ptxas runs
+        search.look_up_codes([child.genome for child, by_llm in varied if not by_llm])
+    children: list[Individual] = []
+    for child, by_llm in varied:
         # An LLM child keeps its patch even where it assembles like a measured genome: the
         # call is paid for, and the LLM hears back how its patch did.
         children.append(_novel(child, [c.genome for c in children], search, tb,
-                               by_code=patched is None))
+                               by_code=not by_llm))
     return children
 
 
