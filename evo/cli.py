@@ -244,8 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
                    + _config_default("store"))
     p.add_argument("--jobs", type=int, metavar="N",
                    help="kernels searched at once, each in its own thread; what each finds "
-                        "does not depend on it; 0: two per GPU or cluster worker (default: "
-                        "[run] jobs of the config, else 1)")
+                        "does not depend on it; 0: two per GPU or cluster worker, one with "
+                        "the LLM on (default: [run] jobs of the config, else 0)")
     p.add_argument("--priors", metavar="auto|none|FILE",
                    help="learn from other kernels' results (evolve): auto (default: the "
                         "priors shipped with evo plus this store), none (a cold start), or a "
@@ -395,6 +395,32 @@ def build_parser() -> argparse.ArgumentParser:
                         "launches the evolved PTX (TRITON_KERNEL_OVERRIDE=1)")
     p.set_defaults(func=_export)
 
+    p = command("capture", "run a torch.compile'd program (evo capture --out DIR -- python "
+                           "app.py ARGS) and write its Triton kernels as specs, with their "
+                           "share of its GPU time, into a capture folder for evo run --model")
+    p.add_argument("-o", "--out", type=Path, required=True, metavar="DIR",
+                   help="the capture folder to write (manifest.json, kernels/)")
+    p.add_argument("--timed", type=int, default=20, metavar="N",
+                   help="launches timed per kernel and argument shapes; the rest count at "
+                        "their mean (default 20)")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- python app.py [ARGS]",
+                   help="the program, as you run it (python app.py ..., python -m pkg ...)")
+    p.set_defaults(func=_capture)
+
+    p = command("verify", "run the program with a run's best kernels installed, each "
+                          "checked against the program's own kernel on the program's own "
+                          "data (evo verify --model DIR --run RUN -- python app.py ARGS)")
+    p.add_argument("--model", type=Path, required=True, metavar="DIR",
+                   help="the capture folder (evo capture --out DIR)")
+    p.add_argument("--run", type=Path, required=True, metavar="RUN",
+                   help="the run that evolved it (evo run --model DIR --out RUN)")
+    p.add_argument("--checks", type=int, default=3, metavar="N",
+                   help="launches of each installed kernel run both ways and compared "
+                        "(default 3)")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- python app.py [ARGS]",
+                   help="the program, as you run it")
+    p.set_defaults(func=_verify)
+
     p = command("plot", "write fitness curves (plots/<kernel>.png) and a speedup summary "
                         "(plots/summary.png) for one or more runs; for an evo bench folder, "
                         "best-so-far curves per strategy and plots/reduction.png")
@@ -416,6 +442,18 @@ def _export(args) -> int:
     from evo.export import cmd_export
 
     return cmd_export(args)
+
+
+def _capture(args) -> int:
+    from evo.model.program import cmd_capture
+
+    return cmd_capture(args)
+
+
+def _verify(args) -> int:
+    from evo.model.check import cmd_verify
+
+    return cmd_verify(args)
 
 
 def _gpu_ids(text: str) -> list[int]:

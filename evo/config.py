@@ -54,9 +54,9 @@ class RunConfig:
     device: str = _opt("", doc="device name for the replay backend ('' = the only one)")
     confirm: bool = _opt(True, doc="after each kernel, measure its baseline and best again, "
                                    "back to back, past the store (gpu backend)")
-    jobs: int = _opt(1, lo=0, hi=256, doc="kernels searched at once (each in its own thread; "
+    jobs: int = _opt(0, lo=0, hi=256, doc="kernels searched at once (each in its own thread; "
                                           "results do not depend on it); 0 = two per GPU or "
-                                          "cluster worker")
+                                          "cluster worker (one with the LLM on)")
     caches: str = _opt("spec", choices=("spec", "warm", "cold"),
                        doc="the L2 when timing: each spec's own choice, or warm (launches "
                            "reuse their data) or cold (every launch reads from DRAM) for all")
