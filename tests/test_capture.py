@@ -159,3 +159,12 @@ def test_the_arguments_of_a_launch_are_named_without_declared_constexprs():
 
     assert Installed._same_shape(autotuner, ("a", "b", 256), {"xnumel": 256})
     assert not Installed._same_shape(autotuner, ("a", "b", 512), {"xnumel": 256})
+
+
+def test_a_whole_programs_capture_says_its_shares_are_of_the_triton_time(manifest, tmp_path):
+    """evo capture of a program times its Triton kernels only: no step time is claimed."""
+    first = _launches(manifest)[0]
+    m = capture.write([first] * 3, tmp_path, {first.kernel: 9.0}, 9.0, step_timed=False)
+    assert m["step_gpu_us"] is None and m["share_of"] == "the Triton kernels' GPU time"
+    assert m["kernels"][0]["launches"] == 3 and m["kernels"][0]["share"] == pytest.approx(1.0)
+    assert capture.write([first], tmp_path / "b", {first.kernel: 9.0}, 30.0)["step_gpu_us"] == 30.0

@@ -99,7 +99,7 @@ def extent(shape, stride) -> int:
 # ---------------------------------------------------------------------- recording (torch)
 
 
-def _arg(name: str, type_: str, value) -> Arg:
+def _arg(name: str, type_: str, value, ranges: bool = True) -> Arg:
     import torch
 
     if not type_.startswith("*"):
@@ -108,7 +108,7 @@ def _arg(name: str, type_: str, value) -> Arg:
     count = extent(value.shape, value.stride())
     contiguous = count == value.numel()
     low = high = None
-    if count and role != "out":
+    if count and role != "out" and ranges:
         seen = value.detach().float() if value.dtype == torch.bool else value.detach()
         finite = seen[torch.isfinite(seen)] if seen.is_floating_point() else seen
         if finite.numel():
@@ -183,24 +183,31 @@ class Recorder:
         return False
 
     @staticmethod
-    def _arguments(autotuner, args) -> list[Arg]:
+    def _arguments(autotuner, args, ranges: bool = True) -> list[Arg]:
+        """Each argument of the launch; ``ranges``: with the values its tensors hold."""
         signature = autotuner.triton_meta.get("signature", {})
         out = []
         for name, value in passed(autotuner, args).items():
             type_ = signature.get(name, "")
             if type_ == "constexpr":  # a size of 1 compiled in: passed, not a PTX parameter
                 continue
-            out.append(_arg(name, str(type_), value))
+            out.append(_arg(name, str(type_), value, ranges))
         return out
 
     def _record(self, autotuner, args, before: list[Arg]) -> None:
-        (launcher,) = autotuner.launchers
-        _, grid = autotuner._interpret_args_grid(args, launcher.config)
-        grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
-        self.launches.append(Launch(
-            kernel=autotuner.fn.__name__, ptx=kernel_ptx(autotuner, launcher), grid=grid,
-            num_warps=int(launcher.config.num_warps), shared=int(getattr(launcher, "shared", 0) or 0),
-            args=tuple(before), cache_hash=str(getattr(launcher, "cache_hash", ""))))
+        self.launches.append(launch_of(autotuner, args, before))
+
+
+def launch_of(autotuner, args, before: list[Arg]) -> Launch:
+    """The Launch that ``autotuner`` (tuned: one launcher) just made with ``args``, whose
+    arguments were ``before`` (``Recorder._arguments``) as the launch found them."""
+    (launcher,) = autotuner.launchers
+    _, grid = autotuner._interpret_args_grid(args, launcher.config)
+    grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+    return Launch(
+        kernel=autotuner.fn.__name__, ptx=kernel_ptx(autotuner, launcher), grid=grid,
+        num_warps=int(launcher.config.num_warps), shared=int(getattr(launcher, "shared", 0) or 0),
+        args=tuple(before), cache_hash=str(getattr(launcher, "cache_hash", "")))
 
 
 def gpu_times(fn, inputs) -> tuple[dict[str, float], float]:
@@ -280,8 +287,10 @@ class _Compiled:
 
 
 def write(launches: list[Launch], out, times: dict[str, float] | None = None, total_us: float = 0.0,
-          source: dict | None = None) -> dict:
-    """The capture folder from recorded launches (module docstring); returns the manifest."""
+          source: dict | None = None, step_timed: bool = True) -> dict:
+    """The capture folder from recorded launches (module docstring); returns the manifest.
+    ``total_us``: what the shares are of, the step's GPU time, or (``step_timed`` false:
+    ``evo capture`` of a whole program) the Triton kernels' own."""
     from evo import api
 
     out = Path(out).expanduser().resolve()  # the specs' paths are absolute: relative to it
@@ -317,7 +326,9 @@ def write(launches: list[Launch], out, times: dict[str, float] | None = None, to
             "launch": dataclasses.asdict(first) | {"ptx": None}})
     kernels.sort(key=lambda k: -(k["gpu_us"] or 0.0))
     triton_us = sum(times.get(name, 0.0) for name in per_name)
-    manifest = {"format": FORMAT, "source": source or {}, "step_gpu_us": total_us or None,
+    manifest = {"format": FORMAT, "source": source or {},
+                "step_gpu_us": (total_us or None) if step_timed else None,
+                "share_of": "the step's GPU time" if step_timed else "the Triton kernels' GPU time",
                 "triton_gpu_us": triton_us or None, "kernels": kernels, "skipped": skipped}
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")

@@ -1,0 +1,242 @@
+"""A user's whole program under evo: ``evo capture -- python app.py ARGS`` records the Triton
+kernels it launches into a capture folder (``evo.capture`` does the same for one step).
+
+The program runs in this process as ``python app.py ARGS`` (or ``python -m pkg ARGS``)
+would run it (``runpy``; ``sys.argv`` and ``sys.path[0]`` set as Python sets them), so that
+every launch it makes through Inductor's ``CachingAutotuner.run`` passes evo's wrapper.
+
+What a whole program costs to watch, and how it is kept small (``ProgramRecorder``):
+- a launch is known by its kernel and its arguments' dtypes, shapes, strides and scalar
+  values; only the first launch of each is recorded in full (its PTX, grid and every
+  argument's value range, which reads the tensors); later ones are counted;
+- the GPU time of a kernel is the mean of up to ``TIMED`` launches timed with CUDA
+  events on the launch's stream (no synchronisation until the program ends), times its
+  count; the first launch of each kernel is not timed (it compiles and autotunes);
+- launches recorded while a CUDA graph is being captured are counted once and not timed
+  (their replays bypass Inductor's launcher): the manifest lists them under ``graphed``.
+Shares are of the Triton kernels' GPU time (the program's other GPU work is not timed),
+which is what ``evo run --budget-evals`` splits evaluations by.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+
+from genomes.errors import EvoError, RuntimeFailure
+
+TIMED = 20  # launches timed per kernel and arguments; the rest count at their mean
+USAGE = "evo capture --out DIR -- python app.py [ARGS]"
+
+
+def program_argv(command: list[str]) -> tuple[str, str, list[str]]:
+    """(kind, target, argv) of ``python app.py ARGS``, ``app.py ARGS`` or ``python -m pkg
+    ARGS``: kind "path" or "module", the script or module, and ``sys.argv`` for it."""
+    cmd = list(command)
+    if cmd[:1] == ["--"]:
+        cmd = cmd[1:]
+    if cmd and Path(cmd[0]).name.startswith("python"):  # python, python3, /venv/bin/python3.12
+        cmd = cmd[1:]
+    if not cmd:
+        raise EvoError(f"no program given: {USAGE}")
+    if cmd[0] == "-m":
+        if len(cmd) < 2:
+            raise EvoError(f"python -m needs a module name: {USAGE}")
+        return "module", cmd[1], cmd[1:]
+    if cmd[0].startswith("-"):
+        raise EvoError(f"python option {cmd[0]} is not supported here: the program runs in "
+                       "evo's own Python (set PYTHON* environment variables instead)")
+    if not Path(cmd[0]).is_file():
+        raise EvoError(f"{cmd[0]}: no such script (the command is {' '.join(command)})")
+    return "path", cmd[0], cmd
+
+
+def need_torch(what: str):
+    """torch, with Inductor and a CUDA device, or a RuntimeFailure saying which is missing."""
+    try:
+        import torch
+        import torch._inductor.runtime.triton_heuristics  # noqa: F401  (what evo wraps)
+    except ImportError as err:
+        raise RuntimeFailure(f"{what} needs PyTorch with Inductor and Triton in this Python "
+                             f"({err}): pip install torch") from None
+    if not torch.cuda.is_available():
+        raise RuntimeFailure(f"{what}: PyTorch sees no CUDA device")
+    return torch
+
+
+def run_program(command: list[str]) -> int:
+    """Run the program in this process; its exit status (an exception it raises is
+    printed as Python would, status 1). ``sys.argv`` and ``sys.path`` are restored."""
+    kind, target, argv = program_argv(command)
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = argv
+    sys.path.insert(0, str(Path(target).resolve().parent) if kind == "path" else os.getcwd())
+    try:
+        if kind == "path":
+            runpy.run_path(target, run_name="__main__")
+        else:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        return 0
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            return done.code or 0
+        print(done.code, file=sys.stderr)
+        return 1
+    except Exception:  # the program's own error: its traceback, as Python prints it
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def _launch_key(autotuner, args) -> tuple:
+    """One kernel with one set of argument shapes: dtypes, shapes and strides of tensors,
+    values of everything else (sizes decide the grid)."""
+    parts = []
+    for value in args:
+        if hasattr(value, "data_ptr") and hasattr(value, "stride"):
+            parts.append((str(value.dtype), tuple(value.shape), tuple(value.stride())))
+        elif isinstance(value, (int, float, bool, str, type(None))):
+            parts.append(value)
+        else:
+            parts.append(type(value).__name__)
+    return (id(autotuner), autotuner.fn.__name__, tuple(parts))
+
+
+class ProgramRecorder:
+    """While active, Inductor's launches are recorded as the module docstring says."""
+
+    def __init__(self, timed: int = TIMED):
+        self.timed = timed
+        self.first: dict[tuple, object] = {}  # key -> capture.Launch, the first launch in full
+        self.counts: dict[tuple, int] = {}
+        self.timings: dict[tuple, list] = {}  # key -> [(start event, end event)]
+        self.graphed: set[str] = set()
+        self._launched: set[int] = set()  # id() of autotuners past their first launch
+        self._class = self._original = None
+
+    def __enter__(self):
+        from torch._inductor.runtime import triton_heuristics
+
+        self._class = triton_heuristics.CachingAutotuner
+        self._original = original = self._class.run
+        recorder = self
+
+        def run(autotuner, *args, stream, **kwargs):
+            key = _launch_key(autotuner, args)
+            events = recorder._events(autotuner, key, stream)
+            before = recorder._arguments(autotuner, args) if key not in recorder.first else None
+            if events:
+                events[0].record(events[2])
+            result = original(autotuner, *args, stream=stream, **kwargs)
+            if events:
+                events[1].record(events[2])
+                recorder.timings.setdefault(key, []).append(events[:2])
+            if before is not None:
+                from evo.model.capture import launch_of
+
+                recorder.first[key] = launch_of(autotuner, args, before)
+            recorder.counts[key] = recorder.counts.get(key, 0) + 1
+            recorder._launched.add(id(autotuner))
+            return result
+
+        self._class.run = run
+        return self
+
+    def __exit__(self, *exc):
+        self._class.run = self._original
+        return False
+
+    def _arguments(self, autotuner, args) -> list:
+        """The arguments in full; without value ranges while a CUDA graph is captured
+        (reading a tensor would synchronise, which capture forbids)."""
+        import torch
+
+        from evo.model.capture import Recorder
+
+        capturing = torch.cuda.is_current_stream_capturing()
+        if capturing:
+            self.graphed.add(autotuner.fn.__name__)
+        return Recorder._arguments(autotuner, args, ranges=not capturing)
+
+    def _events(self, autotuner, key: tuple, stream):
+        """(start, end, stream) to time this launch with, or None: a kernel's first launch
+        (it compiles and tunes), a graph being captured, or enough timed already."""
+        import torch
+
+        if id(autotuner) not in self._launched or len(self.timings.get(key, ())) >= self.timed:
+            return None
+        if torch.cuda.is_current_stream_capturing():
+            self.graphed.add(autotuner.fn.__name__)
+            return None
+        on = torch.cuda.current_stream()
+        if on.cuda_stream != stream:
+            on = torch.cuda.ExternalStream(stream)
+        return (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), on)
+
+    def kernel_times(self) -> dict[str, float]:
+        """µs of GPU time per kernel name over the program: each key's timed mean times
+        its count (keys never timed add nothing)."""
+        import torch
+
+        torch.cuda.synchronize()
+        times: dict[str, float] = {}
+        for key, pairs in self.timings.items():
+            mean_us = 1e3 * sum(s.elapsed_time(e) for s, e in pairs) / len(pairs)
+            times[key[1]] = times.get(key[1], 0.0) + mean_us * self.counts[key]
+        return times
+
+    def launches(self) -> list:
+        """Every launch, as ``capture.write`` counts them (the first one's record, repeated)."""
+        return [launch for key, launch in self.first.items() for _ in range(self.counts[key])]
+
+
+def capture_program(command: list[str], out, timed: int = TIMED) -> tuple[dict | None, int]:
+    """Run the program under a ``ProgramRecorder`` and write the capture folder ``out``:
+    (the manifest, or None where it launched no Inductor kernel; its exit status). What
+    was recorded is written even where the program failed."""
+    from evo.model.capture import write
+
+    program_argv(command)  # a bad command line fails before torch is imported
+    torch = need_torch("evo capture")
+    with ProgramRecorder(timed) as recorder:
+        status = run_program(command)
+    if not recorder.first:
+        return None, status
+    times = recorder.kernel_times()
+    manifest = write(recorder.launches(), out, times, sum(times.values()), step_timed=False,
+                     source={"command": " ".join(command), "exit_status": status,
+                             "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+                             "timed_per_kernel": timed, "graphed": sorted(recorder.graphed)})
+    return manifest, status
+
+
+def cmd_capture(args) -> int:
+    """``evo capture``: the program's status where it failed, else 0 (1 where it launched
+    no Inductor kernel)."""
+    from evo.model.capture import MANIFEST
+
+    manifest, status = capture_program(args.program, args.out, args.timed)
+    if manifest is None:
+        print(f"evo capture: the program launched no Inductor Triton kernel (is it "
+              f"torch.compile'd and on a CUDA device?); exit status {status}", file=sys.stderr)
+        return status or 1
+    kernels, skipped = manifest["kernels"], manifest["skipped"]
+    print(f"captured {len(kernels)} kernel(s) into {args.out}/{MANIFEST}"
+          + (f"; {len(skipped)} could not be specs" if skipped else ""))
+    for k in kernels:
+        share = f"{100 * k['share']:5.1f} %" if k.get("share") else "    - "
+        print(f"  {share}  {k['name']}  ({k['launches']} launches)")
+    for s in skipped:
+        print(f"  skipped {s['kernel']}: {s['reason']}")
+    if manifest["source"].get("graphed"):
+        print("  launched inside CUDA graphs (replays not counted): "
+              + ", ".join(manifest["source"]["graphed"]))
+    if status:
+        print(f"evo capture: the program exited with status {status}; what it launched "
+              "before is captured", file=sys.stderr)
+    print(f"next: evo run --model {args.out} --budget-evals N")
+    return status

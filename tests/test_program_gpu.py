@@ -1,0 +1,114 @@
+"""evo capture and evo verify on a program written for this test (GPU, torch, Triton): a
+bf16 block under torch.compile, run as ``python app.py STEPS``. Its kernels are captured
+with their launch counts and shares; an evolved kernel that is right agrees inside the
+program on its own data, a wrong one is caught there; a real evo run on the capture
+goes through verify.
+
+Run with ``python3 -m pytest -m gpu -x -q tests/test_program_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+APP = """
+import sys
+import torch
+
+torch.manual_seed(0)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim=512):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(dim)
+        self.up = torch.nn.Linear(dim, 2 * dim)
+        self.down = torch.nn.Linear(2 * dim, dim)
+
+    def forward(self, x):
+        h = self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+        return x + h * torch.sigmoid(h)
+
+
+block = torch.compile(Block().cuda().to(torch.bfloat16))
+x = torch.randn(32, 64, 512, device="cuda", dtype=torch.bfloat16)
+with torch.no_grad():
+    for _ in range(int(sys.argv[1])):
+        y = block(x)
+torch.cuda.synchronize()
+print("checksum", float(y.float().sum()))
+"""
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    from evo.cli import main
+    from evo.model.capture import read
+
+    root = tmp_path_factory.mktemp("program")
+    app = root / "app.py"
+    app.write_text(APP)
+    assert main(["capture", "--out", str(root / "cap"), "--", "python", str(app), "6"]) == 0
+    return root, app, read(root / "cap")
+
+
+def test_a_programs_kernels_are_captured_with_counts_and_shares(captured):
+    _, _, m = captured
+    assert m["kernels"] and m["step_gpu_us"] is None and m["triton_gpu_us"] > 0
+    assert all(k["launches"] == 6 for k in m["kernels"]), [k["launches"] for k in m["kernels"]]
+    shares = [k["share"] for k in m["kernels"]]
+    assert all(s and 0 < s <= 1 for s in shares) and sum(shares) == pytest.approx(1.0)
+    assert m["source"]["exit_status"] == 0 and "app.py 6" in m["source"]["command"]
+    assert "bf16" in {p.dtype for k in m["kernels"] for p in k["kernel_spec"].buffers()}
+
+
+def _run_with(root, m, name: str, ptx_of) -> str:
+    """A run folder whose best variant of each kernel is ``ptx_of(kernel PTX)``."""
+    run = root / name
+    (run / "best").mkdir(parents=True)
+    (run / "checkpoint.json").write_text(json.dumps({"kernels": {}}))
+    for k in m["kernels"]:
+        spec = k["kernel_spec"]
+        (run / "best" / f"{spec.name}.ptx").write_text(ptx_of(spec.ptx_text()))
+        (run / "best" / f"{spec.name}.genome.json").write_text(json.dumps({"genes": []}))
+    return str(run)
+
+
+def test_a_right_variant_agrees_in_the_program_and_a_wrong_one_is_caught(captured, capsys):
+    from evo.cli import main
+    from genomes.genome import apply_genome, parse_inline
+
+    root, app, m = captured
+    right = _run_with(root, m, "right", lambda ptx: apply_genome(ptx, parse_inline("maxnreg(n=128)")).ptx)
+    cap = str(root / "cap")
+    assert main(["verify", "--model", cap, "--run", right, "--", "python", str(app), "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("on 3 launch(es)") == len(m["kernels"]), out
+    assert "checksum" in out  # the program ran to its end, with the evolved kernels
+    # a wrong variant: the first float add of every kernel made a subtract
+    wrong = _run_with(root, m, "wrong", lambda ptx: ptx.replace("add.f32", "sub.f32", 1))
+    assert main(["verify", "--model", cap, "--run", wrong, "--", "python", str(app), "4"]) == 1
+    out = capsys.readouterr().out
+    changed = [k for k in m["kernels"] if "add.f32" in k["kernel_spec"].ptx_text()]
+    assert changed and out.count("DIFFERS on the program's data") >= 1, out
+
+
+def test_an_evo_run_on_the_capture_goes_through_verify(captured, capsys, tmp_path):
+    from evo.cli import main
+
+    root, app, m = captured
+    cap, run = str(root / "cap"), str(tmp_path / "run")
+    assert main(["run", "--model", cap, "--generations", "1", "--pop", "4", "--out", run,
+                 "--store", str(tmp_path / "store.sqlite"), "-q"]) == 0
+    capsys.readouterr()
+    status = main(["verify", "--model", cap, "--run", run, "--", "python", str(app), "3"])
+    out, err = capsys.readouterr()
+    evolved = [line for line in out.splitlines() if "launch(es)" in line or "DIFFERS" in line]
+    if evolved:  # some kernel beat its baseline: each one checked, and agreeing
+        assert status == 0 and not any("DIFFERS" in line for line in evolved), out
+    else:  # every baseline stayed best: nothing to check, and it says so
+        assert status == 1 and "nothing checked" in err, out + err
