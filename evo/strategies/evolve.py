@@ -254,8 +254,8 @@ def _first_generation(tb: base.Toolbox, search, generation: int) -> list[Individ
     if untried is not None and untried not in seeds and not search.seen(untried):
         seeds = seeds[:places - 1] + [untried]  # it takes the last seed's place
     genomes += seeds
-    while len(genomes) < pop_size:
-        genomes.append(_novel(tb.individual(), genomes, search, tb).genome)
+    drawn = [tb.individual() for _ in range(pop_size - len(genomes))]
+    genomes += [ind.genome for ind in _novel(drawn, search, tb, before=genomes)]
     return [Individual(g) for g in genomes]
 
 
@@ -270,7 +270,8 @@ def _vary(parents: list[Individual], tb: base.Toolbox, search) -> list[Individua
     for i in range(1, len(offspring), 2):
         if rng.random() < cfg.cxpb:
             offspring[i - 1], offspring[i] = tb.mate(offspring[i - 1], offspring[i])
-    varied: list[tuple[Individual, bool]] = []  # each child, and whether the LLM made it
+    varied: list[Individual] = []
+    llm_made: list[bool] = []  # whether the LLM made each child
     llm = search.config.llm
     for i, child in enumerate(offspring):
         # The LLM draws happen only when the LLM (and each of its options) is on, so other
@@ -283,16 +284,11 @@ def _vary(parents: list[Individual], tb: base.Toolbox, search) -> list[Individua
             child = Individual(patched)
         elif rng.random() < cfg.mutpb:
             child, = tb.mutate(child)
-        varied.append((child, patched is not None))
-    if cfg.novel_code:  # every child's machine code in one batch of ptxas runs
-        search.look_up_codes([child.genome for child, by_llm in varied if not by_llm])
-    children: list[Individual] = []
-    for child, by_llm in varied:
-        # An LLM child keeps its patch even where it assembles like a measured genome: the
-        # call is paid for, and the LLM hears back how its patch did.
-        children.append(_novel(child, [c.genome for c in children], search, tb,
-                               by_code=not by_llm))
-    return children
+        varied.append(child)
+        llm_made.append(patched is not None)
+    # An LLM child keeps its patch even where it assembles like a measured genome: the
+    # call is paid for, and the LLM hears back how its patch did.
+    return _novel(varied, search, tb, by_code=[not b for b in llm_made])
 
 
 def _llm_child(child: Individual, others: list[Individual], rng, search):
@@ -373,14 +369,25 @@ def _put(genome: Genome, gene: Gene) -> Genome:
     return Genome(genome.genes + (gene,))
 
 
-def _novel(ind: Individual, batch: list[Genome], search, tb: base.Toolbox,
-           by_code: bool = True) -> Individual:
-    """``ind``, or a mutation of it (``tb.mutate``) that is new (``_is_new``; a few tries)."""
-    for _ in range(RETRIES):
-        if _is_new(ind.genome, batch, search, by_code):
-            break
-        ind, = tb.mutate(ind)
-    return ind
+def _novel(children: list[Individual], search, tb: base.Toolbox, before: list[Genome] = (),
+           by_code: list[bool] | None = None) -> list[Individual]:
+    """``children``, each one new (``_is_new``: against ``before``, the children ahead of
+    it and what was evaluated) or mutated (``tb.mutate``) until it is, in at most
+    ``RETRIES`` rounds. Each round looks up the machine code of the children it asks
+    about in one batch (``Search.look_up_codes``: ptxas in parallel), then mutates those
+    still not new; ``by_code[i]`` false: child i's machine code is not asked about."""
+    children = list(children)
+    by_code = by_code or [True] * len(children)
+    for round_ in range(RETRIES + 1):
+        if search.config.evolve.novel_code:
+            search.look_up_codes([c.genome for c, b in zip(children, by_code) if b])
+        stale = [i for i, c in enumerate(children) if not _is_new(
+            c.genome, [*before, *(x.genome for x in children[:i])], search, by_code[i])]
+        if not stale or round_ == RETRIES:
+            return children
+        for i in stale:
+            children[i], = tb.mutate(children[i])
+    return children
 
 
 def _is_new(genome: Genome, batch: list[Genome], search, by_code: bool = True) -> bool:
