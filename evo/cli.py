@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
                    + _config_default("store"))
     p.add_argument("--jobs", type=int, metavar="N",
                    help="kernels searched at once, each in its own thread; what each finds "
-                        "does not depend on it; 0: two per GPU or cluster worker, one with "
+                        "does not depend on it; 0: four per GPU or cluster worker, one with "
                         "the LLM on (default: [run] jobs of the config, else 0)")
     p.add_argument("--priors", metavar="auto|none|FILE",
                    help="learn from other kernels' results (evolve): auto (default: the "

@@ -55,7 +55,7 @@ class RunConfig:
     confirm: bool = _opt(True, doc="after each kernel, measure its baseline and best again, "
                                    "back to back, past the store (gpu backend)")
     jobs: int = _opt(0, lo=0, hi=256, doc="kernels searched at once (each in its own thread; "
-                                          "results do not depend on it); 0 = two per GPU or "
+                                          "results do not depend on it); 0 = four per GPU or "
                                           "cluster worker (one with the LLM on)")
     caches: str = _opt("spec", choices=("spec", "warm", "cold"),
                        doc="the L2 when timing: each spec's own choice, or warm (launches "

@@ -101,11 +101,15 @@ class KernelLedger:
         return pending
 
 
-AUTO_JOBS_PER_SLOT = 2  # [run] jobs = 0: kernels per measuring slot (one measured, one prepared)
+AUTO_JOBS_PER_SLOT = 4
+"""``[run] jobs = 0``: kernels searched at once per measuring slot (GPU or cluster worker).
+A search's host work (apply, ptxas) outweighs its GPU work, so one GPU feeds several:
+``evo run --generations 9 --pop 5`` on the default suite, one H200, took 75 s one kernel
+at a time, 55 s two at a time, 44 s four and 50 s eight (BENCHMARKS.md, session 15)."""
 
 
 def jobs_for(requested: int, offers: dict, kernels: int, llm: bool) -> int:
-    """Kernels searched at once: ``requested``, or for 0 (auto) two per candidate the
+    """Kernels searched at once: ``requested``, or for 0 (auto) four per candidate the
     backend measures at once (``Backend.offers``), so that every GPU or worker has a batch
     to measure while the next one is applied and compiled; one with the LLM on (its
     operator works on one kernel at a time); never more than there are kernels."""

@@ -96,16 +96,16 @@ def test_a_kill_with_several_kernels_under_way_resumes_to_the_same_rows(one_at_a
 def test_jobs_0_is_sized_by_the_backend_and_finds_the_same(one_at_a_time, tmp_path):
     done = evo(tmp_path, *[a for a in run_args(tmp_path / "run", tmp_path / "s.sqlite", 0)
                            if a != "-q"])
-    # the static backend measures one candidate at a time: two kernels at once
-    assert "searching 2 kernel(s) at once" in done.stderr + done.stdout
+    # the static backend measures one candidate at a time: four kernels at once, so all 3
+    assert "searching 3 kernel(s) at once" in done.stderr + done.stdout
     assert final(tmp_path / "run") == final(one_at_a_time)
 
 
-def test_auto_jobs_are_two_per_measuring_slot_within_the_kernels():
+def test_auto_jobs_are_four_per_measuring_slot_within_the_kernels():
     from evo.driver import jobs_for
 
     assert jobs_for(3, {"measure_slots": 8}, 10, llm=False) == 3  # asked for: as asked
-    assert jobs_for(0, {"measure_slots": 2}, 10, llm=False) == 4
+    assert jobs_for(0, {"measure_slots": 2}, 10, llm=False) == 8
     assert jobs_for(0, {"measure_slots": 4}, 3, llm=False) == 3
     assert jobs_for(0, {"measure_slots": 4}, 10, llm=True) == 1
 
