@@ -42,14 +42,18 @@ from pathlib import Path
 from genomes.errors import EvoError
 from genomes.genome import Genome
 
+from evo import strategies as _registry  # "strategies" is run_bench's argument
 from evo.config import Config
 from evo.driver import each_kernel
 from evo.learn.observe import link_results
 from evo.rundir import write_atomic
 from evo.search import new_checkpoint, search_kernel
 
-STRATEGIES = ("sweep", "greedy", "evolve_matched", "evolve_ls", "evolve_sweep", "evolve45",
-              "oracle", "evolve45_priors")
+# The contestants, in the order they run: the strategies under bench settings, then every
+# other strategy of evo.strategies under its own (a new strategy's file is enough).
+_BENCHED = ("sweep", "greedy", "evolve_matched", "evolve_ls", "evolve_sweep", "evolve45",
+            "oracle", "evolve45_priors")
+STRATEGIES = _BENCHED + tuple(n for n in _registry.NAMES if n not in _BENCHED and n != "evolve")
 WITH_PRIORS = ("evolve45_priors",)  # searched after the others: they may learn from them
 MATCHED = ("evolve_matched", "evolve_ls", "evolve_sweep")  # at greedy's evaluation count
 SUITES = {
@@ -91,7 +95,7 @@ def strategy_config(base: Config, strategy: str, greedy_evals: int | None) -> Co
         if strategy == "evolve_sweep":
             return matched.override("evolve", local_search=2, init="sweep")
         return matched.override("evolve", local_search=2) if strategy == "evolve_ls" else matched
-    return base.override("run", strategy=strategy, max_evals=0)  # sweep, greedy, oracle
+    return base.override("run", strategy=strategy, max_evals=0)  # sweep, greedy, oracle, ...
 
 
 def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path,

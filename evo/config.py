@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -19,6 +19,8 @@ from genomes.errors import EvoError
 from harness.backends import BACKENDS  # each list of names has one owner, re-exported here
 from harness.backends.cluster import COMPILE_ON
 
+from evo import strategies
+from evo.options import opt as _opt
 from evo.strategies import NAMES as STRATEGIES
 
 
@@ -26,13 +28,6 @@ class ConfigError(EvoError):
     """A bad evo.toml or CLI override."""
 
 
-def _opt(default, *, lo=None, hi=None, choices=None, doc="", item=None):
-    """A field with its allowed range; ``doc`` is shown by errors and the default file.
-    ``item`` checks each element of a list: (type, lowest value or None, what it is)."""
-    meta = {"lo": lo, "hi": hi, "choices": choices, "doc": doc, "item": item}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -63,45 +58,6 @@ class RunConfig:
     priors: str = _opt("auto", doc="what other kernels' results say (evo.learn): auto (the "
                                    "priors shipped with evo and this store), none (a cold "
                                    "start), or a priors file or store path")
-
-
-@dataclass(frozen=True)
-class EvolveConfig:
-    elites: int = _opt(1, lo=0, doc="best individuals copied unchanged into the next generation")
-    tournament: int = _opt(3, lo=1)
-    cxpb: float = _opt(0.5, lo=0.0, hi=1.0, doc="crossover probability per pair")
-    mutpb: float = _opt(0.9, lo=0.0, hi=1.0, doc="mutation probability per child")
-    init_max_len: int = _opt(3, lo=1, hi=64, doc="random initial genomes have 1..this genes")
-    max_len: int = _opt(8, lo=1, hi=256, doc="genomes never grow past this")
-    local_search: int = _opt(0, lo=0, hi=1000,
-                             doc="unseen neighbors of the best tried each generation (0 = off)")
-    init: str = _opt("random", choices=("random", "sweep"),
-                     doc="first generation: baseline + random genomes, or every gene alone "
-                         "and the best per group stacked")
-    prior_seeds: int = _opt(4, lo=0, hi=10000,
-                            doc="with priors: generation 1 holds at most this many of the "
-                                "prior's seed genomes (the rest random)")
-    prior_rate: float = _opt(0.5, lo=0.0, hi=1.0,
-                             doc="with priors: probability that a mutation's new gene is drawn "
-                                 "from the genes the prior expects to help")
-    novel_code: bool = _opt(True, doc="a child that assembles to machine code the search "
-                                      "has measured is mutated again, like one already "
-                                      "evaluated (ptxas on the CPU, before any GPU time)")
-    screen: int = _opt(1, lo=1, hi=100,
-                       doc="children bred per place; a cost model (scikit-learn) keeps the "
-                           "most promising (1 = off)")
-
-
-@dataclass(frozen=True)
-class GreedyConfig:
-    max_steps: int = _opt(6, lo=1, hi=64)
-
-
-@dataclass(frozen=True)
-class OracleConfig:
-    genomes: str = _opt("", doc="a plan written by python3 -m evo.oracle_plan: measure one "
-                                "genome per distinct machine code of the oracle's space, "
-                                "grouped by ptxas on the CPU ('' = every genome)")
 
 
 @dataclass(frozen=True)
@@ -220,15 +176,8 @@ class LlmConfig:
                           f"got {value!r}")
 
 
-@dataclass(frozen=True)
-class Config:
-    run: RunConfig = field(default_factory=RunConfig)
-    evolve: EvolveConfig = field(default_factory=EvolveConfig)
-    greedy: GreedyConfig = field(default_factory=GreedyConfig)
-    oracle: OracleConfig = field(default_factory=OracleConfig)
-    timing: TimingConfig = field(default_factory=TimingConfig)
-    llm: LlmConfig = field(default_factory=LlmConfig)
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+class _Sections:
+    """What every Config does, whatever its tables (``Config`` below adds them)."""
 
     def override(self, section: str, **values: Any) -> Config:
         """A copy with some keys of one section replaced (CLI flags); values are checked."""
@@ -240,6 +189,21 @@ class Config:
     def to_dict(self) -> dict:
         return {f.name: {g.name: getattr(getattr(self, f.name), g.name)
                          for g in fields(getattr(self, f.name))} for f in fields(self)}
+
+
+def _table(name: str, cls: type):
+    return (name, cls, field(default_factory=cls))
+
+
+# One table per section: the run's, each strategy's own (``Options`` of its module, in
+# ``evo.strategies``: a new strategy's table needs no line here), then the rest.
+Config = make_dataclass("Config", [
+    _table("run", RunConfig),
+    *(_table(name, cls) for name, cls in strategies.options().items()),
+    _table("timing", TimingConfig), _table("llm", LlmConfig), _table("cluster", ClusterConfig),
+], bases=(_Sections,), frozen=True)
+Config.__module__ = __name__
+Config.__doc__ = "The whole configuration: one frozen dataclass per table of evo.toml."
 
 
 def load(path: str | Path | None) -> Config:
@@ -264,7 +228,7 @@ def from_dict(data: dict, source: str = "<config>") -> Config:
             raise ConfigError(f"{source}: unknown section [{name}]{_closest(name, sections)}")
         if not isinstance(table, dict):
             raise ConfigError(f"{source}: [{name}] must be a table")
-        built[name] = _build(get_type_hints(Config)[name], table, f"[{name}]", source)
+        built[name] = _build(sections[name].type, table, f"[{name}]", source)
     return Config(**built)
 
 

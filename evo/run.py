@@ -26,7 +26,7 @@ from harness.spec import KernelSpec, with_caches
 from harness.suite import find_kernel, list_kernels
 
 from evo import config as config_mod
-from evo import report, runmeta
+from evo import report, runmeta, strategies
 from evo.config import Config
 from evo.driver import (AUTO_JOBS_PER_SLOT, GpuTurns, KernelLedger, Stopped, each_kernel,
                         jobs_for)
@@ -337,9 +337,7 @@ def _llm_mutator(config: Config, run: RunDir, store, checkpoint: dict):
 
 
 def _total_generations(config: Config) -> int:
-    # sweep and oracle (and any strategy not named here) search in one generation
-    return {"evolve": config.run.generations,
-            "greedy": config.greedy.max_steps}.get(config.run.strategy, 1)
+    return strategies.generations(config.run.strategy, config)
 
 
 def _timed(fn, parts: dict[str, float], step: str):

@@ -301,7 +301,9 @@ def _config_hash(config: Config) -> str:
     d = config.to_dict()
     for key in ("generations", "max_evals", "budget_evals", "store", "gpus", "jobs"):
         d["run"].pop(key, None)
-    d["greedy"].pop("max_steps", None)
+    for name in strategies.NAMES:
+        for key in strategies.budget_options(name):
+            d[name].pop(key, None)
     d.pop("cluster", None)  # where candidates are measured, like the GPU ids
     # How the LLM endpoint is reached and how much may be spent, not what it is asked:
     # fixing a dead URL, a short timeout or a token cap the context cannot hold must

@@ -11,14 +11,26 @@ A strategy drives one kernel's search, one generation at a time, through a
 ``state`` is plain JSON data (lists, dicts, numbers, strings), so that a checkpoint is
 just the states of every kernel plus the RNG states, and a resumed run continues
 exactly where the interrupted one stood.
+
+A module may also declare (each optional):
+
+    Options                       # a frozen dataclass of ``evo.options.opt`` fields: its
+                                  # table in evo.toml, named after the module
+    generations(config) -> int    # generations a search runs (progress bars); default 1
+    BUDGET = ("max_steps",)       # its options a resumed run may raise
+
+A strategy is one file: every module of this package is one, under its module name
+(``NAMES``); config, CLI, run and bench read what they need from here.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from types import ModuleType
 
-NAMES = ("evolve", "greedy", "sweep", "oracle")
+NAMES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
+                     if not m.name.startswith("_")))
 
 
 def get(name: str) -> ModuleType:
@@ -27,3 +39,19 @@ def get(name: str) -> ModuleType:
 
         raise EvoError(f"unknown strategy {name!r}; choose one of {', '.join(NAMES)}")
     return importlib.import_module(f"{__name__}.{name}")
+
+
+def options() -> dict[str, type]:
+    """Each strategy's options table (``Options``), by name, for those that have one."""
+    return {name: get(name).Options for name in NAMES if hasattr(get(name), "Options")}
+
+
+def generations(name: str, config) -> int:
+    """Generations a search by strategy ``name`` under ``config`` runs (1 if it says not)."""
+    count = getattr(get(name), "generations", None)
+    return count(config) if count is not None else 1
+
+
+def budget_options(name: str) -> tuple[str, ...]:
+    """Strategy ``name``'s options that a resumed run may raise (like [run] generations)."""
+    return tuple(getattr(get(name), "BUDGET", ()))

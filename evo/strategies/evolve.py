@@ -81,8 +81,10 @@ import functools
 import math
 import random
 import threading
+from dataclasses import dataclass
 
-from deap import base, tools
+from deap import base  # deap.tools is imported where used: it imports NumPy (~0.3 s), and
+# every evo command imports this module to read its Options
 
 from genomes import transforms
 from genomes.genome import Gene, Genome
@@ -90,9 +92,44 @@ from genomes.variation import (crossover_one_point, crossover_uniform, mutate, r
                                random_genome)
 
 from evo.learn.cost import screen_genomes
+from evo.options import opt
 from evo.learn.steer import first_seed_with_untried, gene_drawer, seed_genomes
 
 RETRIES = 4  # extra mutations to turn an already-seen child into a new genome
+
+
+@dataclass(frozen=True)
+class Options:
+    """``[evolve]`` in evo.toml (``evo.config`` reads it through ``evo.strategies``)."""
+
+    elites: int = opt(1, lo=0, doc="best individuals copied unchanged into the next generation")
+    tournament: int = opt(3, lo=1)
+    cxpb: float = opt(0.5, lo=0.0, hi=1.0, doc="crossover probability per pair")
+    mutpb: float = opt(0.9, lo=0.0, hi=1.0, doc="mutation probability per child")
+    init_max_len: int = opt(3, lo=1, hi=64, doc="random initial genomes have 1..this genes")
+    max_len: int = opt(8, lo=1, hi=256, doc="genomes never grow past this")
+    local_search: int = opt(0, lo=0, hi=1000,
+                             doc="unseen neighbors of the best tried each generation (0 = off)")
+    init: str = opt("random", choices=("random", "sweep"),
+                     doc="first generation: baseline + random genomes, or every gene alone "
+                         "and the best per group stacked")
+    prior_seeds: int = opt(4, lo=0, hi=10000,
+                            doc="with priors: generation 1 holds at most this many of the "
+                                "prior's seed genomes (the rest random)")
+    prior_rate: float = opt(0.5, lo=0.0, hi=1.0,
+                             doc="with priors: probability that a mutation's new gene is drawn "
+                                 "from the genes the prior expects to help")
+    novel_code: bool = opt(True, doc="a child that assembles to machine code the search "
+                                      "has measured is mutated again, like one already "
+                                      "evaluated (ptxas on the CPU, before any GPU time)")
+    screen: int = opt(1, lo=1, hi=100,
+                       doc="children bred per place; a cost model (scikit-learn) keeps the "
+                           "most promising (1 = off)")
+
+
+def generations(config) -> int:
+    """Generations a search of this config runs (``[run] generations``)."""
+    return config.run.generations
 
 
 # DEAP's creator.create would make these classes in deap.creator's global namespace (once
@@ -120,6 +157,8 @@ def toolbox(search) -> base.Toolbox:
 
     Built afresh each generation from the search (its config, RNG, prior and alphabet):
     nothing of it is state, so a checkpoint needs only the population and ``search.rng``."""
+    from deap import tools
+
     cfg = search.config.evolve
     rng = search.rng
     tb = base.Toolbox()
@@ -197,6 +236,8 @@ def start(search) -> dict:
 
 
 def step(state: dict, search) -> dict:
+    from deap import tools
+
     cfg = search.config.evolve
     pop_size = search.config.run.pop
     tb = toolbox(search)
@@ -307,6 +348,8 @@ def finished(state: dict, search) -> bool:
 
 
 def best(state: dict):
+    from deap import tools
+
     if not state["population"]:
         return Genome().to_json(), None
     top = tools.selBest([_from_json(item) for item in state["population"]], 1)[0]

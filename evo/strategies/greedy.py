@@ -12,8 +12,25 @@ stop. At most ``[greedy] max_steps`` steps (default 6), each step one "generatio
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from genomes.genome import Genome
+
+from evo.options import opt
+
+@dataclass(frozen=True)
+class Options:
+    """``[greedy]`` in evo.toml (``evo.config`` reads it through ``evo.strategies``)."""
+
+    max_steps: int = opt(6, lo=1, hi=64)
+
+
+BUDGET = ("max_steps",)  # options a resumed run may raise, like [run] generations
+
+
+def generations(config) -> int:
+    """Steps a search of this config takes at most (``[greedy] max_steps``)."""
+    return config.greedy.max_steps
 
 
 def start(search) -> dict:

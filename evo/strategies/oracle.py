@@ -21,10 +21,21 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 from genomes.errors import EvoError
 from genomes.genome import Genome, parse_inline
 from genomes.variation import CHRONOS_TRANSFORMS, gene_alphabet, group_combinations
+
+from evo.options import opt
+
+@dataclass(frozen=True)
+class Options:
+    """``[oracle]`` in evo.toml (``evo.config`` reads it through ``evo.strategies``)."""
+
+    genomes: str = opt("", doc="a plan written by python3 -m evo.oracle_plan: measure one "
+                                "genome per distinct machine code of the oracle's space, "
+                                "grouped by ptxas on the CPU ('' = every genome)")
 
 CHUNK = 512
 # the kernels evo bench runs the oracle on by default: four gemm tiles, small to large
