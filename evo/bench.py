@@ -33,7 +33,6 @@ every other strategy has finished every kernel), or from a priors file; bench.md
 
 from __future__ import annotations
 
-import functools
 import json
 import tempfile
 import time
@@ -45,7 +44,7 @@ from genomes.genome import Genome
 from evo import strategies as _registry  # "strategies" is run_bench's argument
 from evo.config import Config
 from evo.driver import each_kernel
-from evo.learn.observe import link_results
+from evo.kernel_run import KernelRun, Observer
 from evo.rundir import write_atomic
 from evo.search import new_checkpoint, search_kernel
 
@@ -226,50 +225,49 @@ def _apply_pool():
     return concurrent.futures.ProcessPoolExecutor(cores, mp_context=spawn.context())
 
 
-class _Stopped(Exception):
-    """Raised inside a search when another one failed or the user pressed Ctrl-C."""
+class _Curve(Observer):
+    """What bench keeps of a search's batches: the evaluations so far and the best valid
+    cycles after each batch that improved it (a batch's gain is put at its end), and how
+    many genomes a replay store could not answer (they count as invalid)."""
+
+    def __init__(self):
+        self.count, self.misses, self.points = 0, 0, []
+
+    def evaluated(self, genomes, results, baseline) -> None:
+        from harness import record
+
+        # The search sends only genomes it has not evaluated: each one is an evaluation.
+        self.misses += sum(m.reason == record.NOT_MEASURED for m in results)
+        self.count += len(genomes)
+        best = min((m.cycles for m in results if m.valid and m.cycles), default=None)
+        if best is not None and (not self.points or best < self.points[-1][1]):
+            self.points.append([self.count, best])
+
+    def closed(self) -> list[list]:
+        """The curve, ending at the final count."""
+        if self.points and self.points[-1][0] != self.count:
+            return self.points + [[self.count, self.points[-1][1]]]
+        return self.points
 
 
 def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: Path,
             apply_pool, stop, prior: dict | None = None) -> dict:
     """One (kernel, strategy) search with its own empty store and Evaluator: its entry."""
-    from harness import record
     from harness.evaluate import Evaluator
     from harness.store import Store
 
+    curve = _Curve()
     with Store(stores / f"{kernel}-{strategy}.sqlite") as store:
         evaluator = Evaluator(backend, store, apply_pool=apply_pool)
-
-        misses = 0  # replay: genomes the store could not answer (they count as invalid)
-        # [evaluations so far, best valid cycles so far] after each batch that improved
-        # the best (a batch's gain is put at its end), closed by the final count.
-        curve: list[list] = []
-        evaluated = 0
-
-        def measure(genomes):
-            # The search sends only genomes it has not evaluated: each one is an evaluation.
-            nonlocal misses, evaluated
-            if stop.is_set():
-                raise _Stopped(kernel)
-            answers = evaluator.evaluate(spec, genomes)
-            link_results(evaluator, kernel, genomes, answers)  # what each gene did: evo.learn
-            misses += sum(m.reason == record.NOT_MEASURED for m in answers)
-            evaluated += len(genomes)
-            batch_best = min((m.cycles for m in answers if m.valid and m.cycles), default=None)
-            if batch_best is not None and (not curve or batch_best < curve[-1][1]):
-                curve.append([evaluated, batch_best])
-            return answers
-
+        measuring = KernelRun(spec, evaluator, stop, observers=[curve])
         start = time.perf_counter()
         try:
-            res = search_kernel(kernel, config, measure, lambda events: None,
+            res = search_kernel(kernel, config, measuring.measure, lambda events: None,
                                 new_checkpoint(config), lambda: None, prior=prior, spec=spec,
-                                code_keys=functools.partial(evaluator.code_keys, spec))
+                                code_keys=measuring.code_keys)
         finally:
             evaluator.close()
         seconds = time.perf_counter() - start
-    if curve and curve[-1][0] != evaluated:
-        curve.append([evaluated, curve[-1][1]])
     entry = {"baseline": _cycles(res.baseline), "best": _cycles(res.best),
              "evals": res.evals, "seconds": round(seconds, 2),
              "genome": str(Genome.from_json(res.best_genome)),
@@ -277,14 +275,14 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
              # what the backend had to measure: genomes minus those the search's own store
              # answered (same PTX as an earlier one, or different PTX, same machine code)
              "measured": evaluator.stats.measured,
-             "curve": curve}
+             "curve": curve.closed()}
     for key, summary in (("baseline_us", res.baseline), ("best_us", res.best)):
         if summary and summary.get("valid") and summary.get("us_per_launch"):
             entry[key] = summary["us_per_launch"]  # events timer: the memory table's figures
             entry.update(bytes=summary["bytes_moved"], copy_gbps=summary.get("copy_gbps"),
                          caches=summary.get("caches"))
     if backend.name == "replay":
-        entry["misses"] = misses
+        entry["misses"] = curve.misses
     if prior is not None:
         entry["prior"] = {"neighbors": prior["neighbors"][:3], "seeds": prior["seeds"][:4]}
     return entry

@@ -11,7 +11,7 @@ import json
 
 from genomes.genome import Genome
 
-from evo import strategies
+from evo import kernel_run, strategies
 from evo.rundir import RunDir
 from evo.search import KernelResult
 
@@ -157,9 +157,8 @@ def finalist_lines(checkpoint: dict) -> list[str]:
     return lines
 
 
-TIME_STEPS = ("search", "search: ptxas", "search: GPU", "finalist check", "reduce",
-              "measured again", "peer")
-SEARCH_PARTS = ("search: ptxas", "search: GPU")  # within "search": not added to the total
+SEARCH_PARTS = (kernel_run.PTXAS, kernel_run.GPU)  # within "search": not added to the total
+TIME_STEPS = ("search", *SEARCH_PARTS, "finalist check", "reduce", "measured again", "peer")
 
 
 def reduced_lines(checkpoint: dict) -> list[str]:

@@ -28,10 +28,9 @@ from harness.suite import find_kernel, list_kernels
 from evo import config as config_mod
 from evo import report, runmeta, strategies
 from evo.config import Config
-from evo.driver import (AUTO_JOBS_PER_SLOT, GpuTurns, KernelLedger, Stopped, each_kernel,
-                        jobs_for)
+from evo.driver import AUTO_JOBS_PER_SLOT, GpuTurns, KernelLedger, each_kernel, jobs_for
 from evo.learn import source as learn_source
-from evo.learn.observe import link_results
+from evo.kernel_run import KernelRun, Observer
 from evo.progress import Progress
 from evo.rundir import RunDir, RunDirError, default_name
 from evo.search import check_resumable, new_checkpoint, search_kernel
@@ -199,17 +198,16 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         config_k = config.override("run", max_evals=budgets[spec.name]) if budgets else config
         bar = progress.start_kernel(spec.name, _total_generations(config), slot)
         prior = ledger.checkpoint["priors"].get(spec.name)
-        start, parts = time.perf_counter(), {}
-        result = search_kernel(spec.name, config_k,
-                               _measurer(evaluator, spec, bar, stop, parts, turns),
+        start = time.perf_counter()
+        measuring = KernelRun(spec, evaluator, stop, turns, [_BarObserver(bar)])
+        result = search_kernel(spec.name, config_k, measuring.measure,
                                ledger.events, ledger.checkpoint, ledger.save,
                                on_generation=bar.generation, spec=spec, llm=llm, prior=prior,
-                               code_keys=_timed(functools.partial(evaluator.code_keys, spec),
-                                                parts, "search: ptxas"))
+                               code_keys=measuring.code_keys)
         saved = ledger.checkpoint["kernels"][spec.name]
         spent = _Seconds(ledger.checkpoint, spec.name, lock)
         spent.add("search", start)
-        spent.add_parts(parts)
+        spent.add_parts(measuring.seconds)
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             start = time.perf_counter()
             with turns.alone():
@@ -340,39 +338,14 @@ def _total_generations(config: Config) -> int:
     return strategies.generations(config.run.strategy, config)
 
 
-def _timed(fn, parts: dict[str, float], step: str):
-    """``fn`` adding its wall seconds to ``parts[step]``."""
-    def timed(*args):
-        start = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            parts[step] = parts.get(step, 0.0) + time.perf_counter() - start
-    return timed
+class _BarObserver(Observer):
+    """A kernel's progress bar, moved on by each measured batch."""
 
+    def __init__(self, bar):
+        self.bar = bar
 
-def _measurer(evaluator, spec: KernelSpec, bar, stop: threading.Event, parts: dict[str, float],
-              turns: GpuTurns):
-    """The search's ``measure``: the evaluator's two stages, their seconds into ``parts``
-    (ptxas and the apply before it; the GPU worker's checks and timing, in the GPUs'
-    shared turn)."""
-    prepare = _timed(evaluator.prepare, parts, "search: ptxas")
-
-    def gpu(fn, *args):
-        with turns.shared():
-            return fn(*args)
-    on_gpu = _timed(gpu, parts, "search: GPU")
-
-    def measure(genomes: list[Genome]):
-        if stop.is_set():  # another kernel's search failed, or the run was interrupted
-            raise Stopped(spec.name)
-        on_gpu(evaluator.baseline, spec)  # measured at the first call (prepare needs it)
-        results = on_gpu(evaluator.finish, prepare(spec, genomes))
-        link_results(evaluator, spec.name, genomes, results)  # what each gene did: evo.learn
-        base = evaluator.baseline(spec)
-        bar.evaluated(results, base.cycles if base.valid else None)
-        return results
-    return measure
+    def evaluated(self, genomes, results, baseline) -> None:
+        self.bar.evaluated(results, baseline.cycles if baseline.valid else None)
 
 
 FINALIST_TRIES = 3  # the best and at most two runners-up go under compute-sanitizer

@@ -1,0 +1,77 @@
+"""One kernel's measuring, as every search does it: ``evo run``, ``evo bench`` and the API.
+
+A search (``evo.search.search_kernel``) asks two things of the world: measure these genomes
+(``KernelRun.measure``) and tell me their machine code without measuring
+(``KernelRun.code_keys``). ``KernelRun`` answers both, the same way for every caller:
+
+1. stop at once where another kernel's search failed or the user pressed Ctrl-C
+   (``stop``; the search raises ``evo.driver.Stopped``);
+2. apply and assemble the batch (``Evaluator.prepare``), then check and time it on the GPU
+   (``Evaluator.finish``) in the GPUs' shared turn (``evo.driver.GpuTurns``), so that a
+   finalist check or a peer's timing never runs beside a measurement; the seconds of
+   each go into ``seconds`` ("search: ptxas", "search: GPU": report.md's table);
+3. record what each gene did (``evo.learn.observe.link_results``, under the kernel's name);
+4. show the batch to each observer (``Observer``): a progress bar, bench's curve.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+
+from genomes.genome import Genome
+from harness.record import Measurement
+
+from evo.driver import GpuTurns, Stopped
+from evo.learn.observe import link_results
+
+PTXAS = "search: ptxas"  # apply, assemble, the novelty look-ups
+GPU = "search: GPU"  # checks and timing, the wait for the GPU's turn included
+
+
+class Observer:
+    """What a caller sees of each measured batch; the default sees nothing."""
+
+    def evaluated(self, genomes: list[Genome], results: list[Measurement],
+                  baseline: Measurement) -> None:
+        """``results[i]`` is ``genomes[i]``'s; ``baseline`` the kernel's own."""
+
+
+@dataclass
+class KernelRun:
+    """The module docstring's measuring for one kernel (``spec``) through ``evaluator``."""
+
+    spec: object
+    evaluator: object  # harness.evaluate.Evaluator
+    stop: threading.Event = field(default_factory=threading.Event)
+    turns: GpuTurns = field(default_factory=GpuTurns)
+    observers: list[Observer] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def measure(self, genomes: list[Genome]) -> list[Measurement]:
+        if self.stop.is_set():  # another kernel's search failed, or the run was interrupted
+            raise Stopped(self.spec.name)
+        with self._timed(GPU), self.turns.shared():
+            baseline = self.evaluator.baseline(self.spec)  # measured at the first call
+        with self._timed(PTXAS):
+            batch = self.evaluator.prepare(self.spec, genomes)
+        with self._timed(GPU), self.turns.shared():
+            results = self.evaluator.finish(batch)
+        link_results(self.evaluator, self.spec.name, genomes, results)
+        for observer in self.observers:
+            observer.evaluated(genomes, results, baseline)
+        return results
+
+    def code_keys(self, genomes: list[Genome]) -> list[str | None]:
+        with self._timed(PTXAS):
+            return self.evaluator.code_keys(self.spec, genomes)
+
+    @contextlib.contextmanager
+    def _timed(self, step: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - start
