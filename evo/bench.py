@@ -12,8 +12,10 @@ one shared backend (one GPU worker):
 | evolve_ls      | evolve_matched with a local search of 2 neighbors of the best a gen |
 | evolve_sweep   | evolve_ls starting from a sweep and stacks of its best genes      |
 | evolve45       | evolve at 9 generations x pop 5 (45 trials, the EvoEngineer budget)|
+| mcgs45         | Monte-Carlo graph search at the same 9 x 5 (``evo.strategies.mcgs``) |
 | evolve45_priors| evolve45 with priors from other kernels (``--priors``, see below)  |
 | oracle         | every combination of one gene per group (only on ``oracle_kernels``)|
+| any other      | a strategy of ``evo.strategies`` with no arm above, under its own options |
 
 ``--jobs N`` searches N kernels at once (each kernel's strategies in the order above):
 their CPU work (apply, ptxas) overlaps, their measurements do not (one at a time per GPU).
@@ -51,8 +53,9 @@ from evo.search import new_checkpoint, search_kernel
 # The contestants, in the order they run: the strategies under bench settings, then every
 # other strategy of evo.strategies under its own (a new strategy's file is enough).
 _BENCHED = ("sweep", "greedy", "evolve_matched", "evolve_ls", "evolve_sweep", "evolve45",
-            "oracle", "evolve45_priors")
-STRATEGIES = _BENCHED + tuple(n for n in _registry.NAMES if n not in _BENCHED and n != "evolve")
+            "mcgs45", "oracle", "evolve45_priors")
+STRATEGIES = _BENCHED + tuple(n for n in _registry.NAMES
+                              if n not in _BENCHED and f"{n}45" not in _BENCHED)
 WITH_PRIORS = ("evolve45_priors",)  # searched after the others: they may learn from them
 MATCHED = ("evolve_matched", "evolve_ls", "evolve_sweep")  # at greedy's evaluation count
 SUITES = {
@@ -83,8 +86,8 @@ def suite_kernels(name: str) -> list[str]:
 def strategy_config(base: Config, strategy: str, greedy_evals: int | None) -> Config:
     if strategy == "evolve45_priors":  # the same search; its prior comes with the call
         return strategy_config(base, "evolve45", greedy_evals)
-    if strategy == "evolve45":
-        return base.override("run", strategy="evolve", generations=9, pop=5, max_evals=0)
+    if strategy in ("evolve45", "mcgs45"):  # the README's 9 x 5 = 45 trials
+        return base.override("run", strategy=strategy[:-2], generations=9, pop=5, max_evals=0)
     if strategy in MATCHED:
         if greedy_evals is None:
             raise EvoError(f"{strategy} needs greedy's evaluations on the kernel: run greedy too")

@@ -97,6 +97,15 @@ class KernelSearch:
         return mine is not None and mine in {self._codes[k] for k in keys[1:]
                                              if k != keys[0]}
 
+    def code_key(self, genome: Genome) -> str:
+        """What ``genome`` assembles to, as a key (``code_keys``, memoized), or the genome's
+        own key where the search cannot tell (no ``code_keys``, or ptxas refuses it)."""
+        if self.code_keys is not None:
+            code = self._codes.get(self._look_up([genome])[0])
+            if code is not None:
+                return code
+        return "genome " + _key(genome)
+
     def look_up_codes(self, genomes: list[Genome]) -> None:
         """The machine code keys of ``genomes`` (and of every evaluated genome) in one
         ``code_keys`` call, ahead of the ``same_code`` questions a strategy will ask of
@@ -301,9 +310,11 @@ def _config_hash(config: Config) -> str:
     d = config.to_dict()
     for key in ("generations", "max_evals", "budget_evals", "store", "gpus", "jobs"):
         d["run"].pop(key, None)
-    for name in strategies.NAMES:
+    for name in strategies.NAMES:  # the run's strategy's table, less its budgets
+        if name != config.run.strategy:
+            d.pop(name, None)  # another strategy's options change nothing here
         for key in strategies.budget_options(name):
-            d[name].pop(key, None)
+            d.get(name, {}).pop(key, None)
     d.pop("cluster", None)  # where candidates are measured, like the GPU ids
     # How the LLM endpoint is reached and how much may be spent, not what it is asked:
     # fixing a dead URL, a short timeout or a token cap the context cannot hold must

@@ -1,0 +1,248 @@
+"""MCGS: Monte-Carlo graph search over genes, whose nodes are distinct machine code.
+
+A node is what a genome assembles to (``KernelSearch.code_key``): two gene orders or
+register budgets that make the same cubin are one node (a transposition), so statistics
+gathered through either path are shared. An edge is a gene added to (or replacing the gene
+of its group in) the node's genome. Each generation runs simulations in one batch:
+
+1. **select**: from the baseline's node follow edges by P-UCB,
+   ``Q(a) + c * P(a) * sqrt(N(node)) / (1 + N(a))``, never into a node already on the path
+   (no cycles); a node opens actions one at a time as it is visited (progressive widening:
+   at most ``ceil(widen * N ** alpha)``), in the order of their prior ``P`` (evo's priors
+   where given: the genes other kernels gained from weigh more; else uniform, a seeded
+   order); an edge not yet followed ends the selection: its genome is the expansion;
+2. every simulation's expansion is measured in one batch (selections count as visits at
+   once, a virtual loss, so that the batch's simulations spread);
+3. **rollout**: from each new node that passed, ``rollout`` more genes, epsilon-greedy
+   (a random open gene with probability ``epsilon``, else the most promising by
+   ``Q - lam * N`` where visited, the prior's order where not), measured in one batch per
+   step, stopping at a failure;
+4. **backup**: the rollout's best reward goes back up the path (each edge keeps the sum
+   and count: Q is their mean). Reward: log(baseline cycles / cycles); a failure is -1.
+
+A generation measures about ``[run] pop`` genomes (``pop // (1 + rollout)`` simulations),
+so ``--generations 9 --pop 5`` costs what evolve's 45 trials cost. The state is plain JSON
+(nodes, edges, the generation): a checkpoint resumes it exactly.
+
+| option  | default | meaning                                                   |
+| ------- | ------- | --------------------------------------------------------- |
+| c_puct  | 1.0     | exploration weight of P-UCB                               |
+| widen   | 2.0     | progressive widening: open actions <= widen * N ** alpha  |
+| alpha   | 0.5     |                                                           |
+| rollout | 1       | genes a rollout adds after an expansion (0 = none)        |
+| epsilon | 0.2     | rollout: chance of a random open gene                     |
+| lam     | 0.05    | rollout: visit penalty in Q - lam * N                     |
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from genomes.genome import Genome, parse_inline
+
+from evo.learn.priors import gene_key
+from evo.options import opt
+
+FAILED = -1.0  # the reward of a variant that failed its check (or was not measured)
+
+
+@dataclass(frozen=True)
+class Options:
+    """``[mcgs]`` in evo.toml (the table above)."""
+
+    c_puct: float = opt(1.0, lo=0.0, hi=100.0, doc="exploration weight of P-UCB")
+    widen: float = opt(2.0, lo=1.0, hi=1000.0, doc="a node opens at most widen * N ** alpha actions")
+    alpha: float = opt(0.5, lo=0.0, hi=1.0, doc="progressive widening's exponent")
+    rollout: int = opt(1, lo=0, hi=8, doc="genes a rollout adds after an expansion")
+    epsilon: float = opt(0.2, lo=0.0, hi=1.0, doc="rollout: chance of a random open gene")
+    lam: float = opt(0.05, lo=0.0, hi=10.0, doc="rollout: visit penalty in Q - lam * N")
+
+
+def generations(config) -> int:
+    return config.run.generations
+
+
+def start(search) -> dict:
+    return {"generation": 0, "root": None, "nodes": {}, "base_cycles": None, "stuck": False}
+
+
+def step(state: dict, search) -> dict:
+    state = {**state, "nodes": {k: _copy(n) for k, n in state["nodes"].items()}}
+    generation = state["generation"] + 1
+    opts = search.config.mcgs
+    if state["root"] is None:  # the baseline first: its node is the root, its cycles the scale
+        base = search.evaluate([Genome()], generation)[0]
+        state["base_cycles"] = base.cycles if base.valid else None
+        state["root"] = _node(state, search, Genome(), _reward(state, base), base.cycles)
+    sims = max(1, search.config.run.pop // (1 + opts.rollout))
+    paths, leaves = [], []
+    for _ in range(sims):
+        chosen = _select(state, search, opts, pending={_key(g) for g in leaves})
+        if chosen is not None:
+            paths.append(chosen[0])
+            leaves.append(chosen[1])
+    if not leaves:
+        return {**state, "generation": generation, "stuck": True}
+    values = _expand(state, search, opts, paths, leaves, generation)
+    for path, value in zip(paths, values):
+        for node_key, gene in path:
+            edge = state["nodes"][node_key]["edges"][gene]
+            edge["w"] += value
+    return {**state, "generation": generation}
+
+
+def finished(state: dict, search) -> bool:
+    return (state["generation"] >= search.config.run.generations or state["stuck"]
+            or search.budget_left() == 0)
+
+
+def best(state: dict):
+    measured = [(n["cycles"], k) for k, n in state["nodes"].items() if n["cycles"]]
+    if not measured:
+        return Genome().to_json(), None
+    cycles, key = min(measured)
+    return state["nodes"][key]["genome"], cycles
+
+
+# ---------------------------------------------------------------------- the graph
+
+
+def _copy(node: dict) -> dict:
+    return {**node, "order": list(node["order"]),
+            "edges": {g: dict(e) for g, e in node["edges"].items()}}
+
+
+def _key(genome: Genome) -> str:
+    return genome.dumps()
+
+
+def _reward(state: dict, m) -> float:
+    base = state["base_cycles"]
+    if not (m.valid and m.cycles) or not base:
+        return FAILED
+    return math.log(base / m.cycles)
+
+
+def _node(state: dict, search, genome: Genome, reward: float, cycles) -> str:
+    """The node of ``genome``'s machine code, made where new (its actions in prior order,
+    its reward and cycles as first measured: a transposition runs the same code)."""
+    key = search.code_key(genome)
+    if key not in state["nodes"]:
+        state["nodes"][key] = {"genome": genome.to_json(), "n": 0, "reward": reward,
+                               "cycles": cycles if reward > FAILED else None,
+                               "order": _actions(search, genome), "edges": {}}
+    return key
+
+
+@functools.lru_cache(maxsize=4096)
+def _gene(text: str):
+    return parse_inline(text).genes[0]
+
+
+def _weight(search, gene: str) -> float:
+    """A gene's prior weight: 1, plus ten times the effect other kernels saw (evo.learn)."""
+    effects = (search.prior or {}).get("genes", {})
+    return 1.0 + 10.0 * max(0.0, effects.get(gene_key(_gene(gene)), 0.0))
+
+
+def _actions(search, genome: Genome) -> list[str]:
+    """The genes this node may add, most promising first: by their prior weight, ties (and
+    every gene, without a prior) in a seeded shuffle."""
+    genes = [str(g) for g in search.alphabet() if _child(genome, g) != genome]
+    search.rng.shuffle(genes)
+    return sorted(genes, key=lambda g: -_weight(search, g))
+
+
+def _child(genome: Genome, gene) -> Genome:
+    """``genome`` with ``gene`` in place of its group's gene, or appended."""
+    genes = list(genome.genes)
+    for i, g in enumerate(genes):
+        if g.group is not None and g.group == gene.group:
+            genes[i] = gene
+            return Genome(tuple(genes)).effective()
+    return Genome((*genes, gene)).effective()
+
+
+def _select(state: dict, search, opts, pending: set[str]):
+    """(path of (node, gene), the expansion's genome), the visits counted at once; None
+    where every open action leads back into the path or is being expanded already."""
+    node_key, path, on_path = state["root"], [], {state["root"]}
+    while True:
+        node = state["nodes"][node_key]
+        while node["order"] and len(node["edges"]) < math.ceil(opts.widen * (node["n"] + 1) ** opts.alpha):
+            node["edges"][node["order"].pop(0)] = {"n": 0, "w": 0.0, "child": None}
+        here = Genome.from_json(node["genome"])
+        total = sum(_weight(search, g) for g in [*node["edges"], *node["order"]])
+        scored = []
+        for gene, edge in node["edges"].items():
+            if edge["child"] in on_path:
+                continue  # a cycle: adding it gives back code already on the path
+            if edge["child"] is None and _key(_child(here, _gene(gene))) in pending:
+                continue
+            q = edge["w"] / edge["n"] if edge["n"] else 0.0
+            p = _weight(search, gene) / total  # P(a)
+            u = opts.c_puct * p * math.sqrt(node["n"] + 1) / (1 + edge["n"])
+            scored.append((q + u, gene))
+        if not scored:
+            return None
+        _, gene = max(scored)
+        edge = node["edges"][gene]
+        node["n"] += 1  # the virtual loss: the batch's next simulations see this visit
+        edge["n"] += 1
+        path.append((node_key, gene))
+        if edge["child"] is None:
+            return path, _child(here, _gene(gene))
+        node_key = edge["child"]
+        on_path.add(node_key)
+
+
+def _expand(state: dict, search, opts, paths, leaves: list[Genome], generation: int) -> list[float]:
+    """Measure the expansions and their rollouts; each simulation's best reward."""
+    search.look_up_codes(leaves)
+    results = search.evaluate(leaves, generation)
+    values, tips = [], []
+    for path, genome, m in zip(paths, leaves, results):
+        reward = _reward(state, m)
+        node_key, gene = path[-1]
+        child = _node(state, search, genome, reward, m.cycles)
+        state["nodes"][node_key]["edges"][gene]["child"] = child
+        state["nodes"][child]["n"] += 1
+        values.append(reward)
+        tips.append(child if reward > FAILED else None)
+    for _ in range(opts.rollout):
+        moves = [(i, tip, _rollout_gene(state, search, opts, tip))
+                 for i, tip in enumerate(tips) if tip is not None]
+        moves = [(i, tip, gene) for i, tip, gene in moves if gene is not None]
+        if not moves:
+            break
+        genomes = [_child(Genome.from_json(state["nodes"][tip]["genome"]), _gene(gene))
+                   for _, tip, gene in moves]
+        search.look_up_codes(genomes)
+        tips = [None] * len(tips)
+        for (i, tip, gene), genome, m in zip(moves, genomes, search.evaluate(genomes, generation)):
+            reward = _reward(state, m)
+            child = _node(state, search, genome, reward, m.cycles)
+            edge = state["nodes"][tip]["edges"].setdefault(gene, {"n": 0, "w": 0.0, "child": None})
+            edge["child"] = child
+            if gene in state["nodes"][tip]["order"]:
+                state["nodes"][tip]["order"].remove(gene)
+            edge["n"] += 1
+            edge["w"] += reward
+            values[i] = max(values[i], reward)
+            tips[i] = child if reward > FAILED else None
+    return values
+
+
+def _rollout_gene(state: dict, search, opts, tip: str) -> str | None:
+    """Epsilon-greedy: a random open gene, or the best by Q - lam * N among the visited
+    edges, else the first gene of the node's order; None where the node has none."""
+    node = state["nodes"][tip]
+    choices = [*node["edges"], *node["order"]]
+    if not choices:
+        return None
+    if search.rng.random() < opts.epsilon:
+        return search.rng.choice(choices)
+    visited = [(e["w"] / e["n"] - opts.lam * e["n"], g) for g, e in node["edges"].items() if e["n"]]
+    return max(visited)[1] if visited else choices[0]

@@ -1,0 +1,135 @@
+"""MCGS (evo/strategies/mcgs.py) on synthetic landscapes, through the real search loop and
+checkpoint JSON: it finds a landscape's optimum, merges genomes of one machine code into
+one node, reads the prior, keeps its budget, and resumes exactly."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from evo.config import Config
+from evo.search import KernelSearch, new_checkpoint, search_kernel
+from genomes.genome import Genome, parse_inline
+from harness.record import Measurement
+
+GENES = [parse_inline(t).genes[0] for t in (
+    "vec_ld(width=4)", "vec_ld(width=2)", "vec_st(width=4)", "cache_ld(policy=cg)",
+    "cache_ld(policy=cs)", "fast_exp", "unroll(factor=2)", "maxnreg(n=128)")]
+EFFECTS = {"vec_ld(width=4)": 0.30, "vec_ld(width=2)": 0.10, "vec_st(width=4)": 0.20,
+           "cache_ld(policy=cg)": 0.10, "cache_ld(policy=cs)": -0.05, "fast_exp": -0.02,
+           "unroll(factor=2)": 0.0, "maxnreg(n=128)": 0.0}
+OPTIMUM = 1000 * math.exp(-0.6)  # vec_ld(4), vec_st(4), cache_ld(cg)
+
+
+@pytest.fixture(autouse=True)
+def small_alphabet(monkeypatch):
+    monkeypatch.setattr(KernelSearch, "alphabet", lambda self: GENES)
+
+
+def landscape(genomes):
+    """cycles = 1000 / exp(sum of the genes' effects); unroll with fast_exp fails."""
+    out = []
+    for g in genomes:
+        texts = {str(x) for x in g.effective().genes}
+        if {"unroll(factor=2)", "fast_exp"} <= texts:
+            out.append(Measurement("k", "fake", False, "wrong result: planted"))
+            continue
+        cycles = 1000 * math.exp(-sum(EFFECTS[t] for t in texts))
+        out.append(Measurement("k", "fake", True, cycles=cycles, timer="fake", n=1))
+    return out
+
+
+def same_transforms(genomes):
+    """A stand-in for ptxas: a register budget changes nothing (maxnreg(n=128) with or
+    without is one code), so genomes that differ only by it are one node."""
+    return [",".join(sorted(str(x) for x in g.effective().genes if x.transform != "maxnreg"))
+            for g in genomes]
+
+
+def search(config, checkpoint=None, stop_after=None, prior=None, code_keys=same_transforms):
+    checkpoint = checkpoint or new_checkpoint(config)
+    saves, events = [], []
+
+    class Stop(Exception):
+        pass
+
+    def save():
+        saves.append(json.loads(json.dumps(checkpoint)))
+        if stop_after is not None and len(saves) == stop_after:
+            raise Stop
+
+    try:
+        result = search_kernel("k", config, landscape, events.extend, checkpoint, save,
+                               prior=prior, code_keys=code_keys)
+    except Stop:
+        return None, saves[-1], events
+    return result, checkpoint, events
+
+
+def cfg(generations=20, pop=6, max_evals=0, seed=5, **mcgs) -> Config:
+    config = Config().override("run", strategy="mcgs", generations=generations, pop=pop,
+                               max_evals=max_evals, seed=seed)
+    return config.override("mcgs", **mcgs) if mcgs else config
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_it_finds_the_optimum_of_a_small_landscape(seed):
+    result, _, _ = search(cfg(seed=seed))
+    assert result.best["cycles"] == pytest.approx(OPTIMUM), result.best_genome
+    best = {str(g) for g in Genome.from_json(result.best_genome).genes}
+    assert {"vec_ld(width=4)", "vec_st(width=4)", "cache_ld(policy=cg)"} <= best
+
+
+def test_genomes_of_one_machine_code_are_one_node():
+    _, ckpt, events = search(cfg(generations=12))
+    nodes = ckpt["kernels"]["k"]["state"]["nodes"]
+    measured = [e["genome"] for e in events if e["type"] == "eval"]
+    codes = {same_transforms([Genome.from_json(g)])[0] for g in measured}
+    assert set(nodes) == codes  # a node per distinct code, whatever path reached it
+    assert len(measured) > len(nodes)  # maxnreg variants met a node already there
+    into = {}
+    for node in nodes.values():
+        for edge in node["edges"].values():
+            if edge["child"] is not None:
+                into[edge["child"]] = into.get(edge["child"], 0) + 1
+    assert max(into.values()) >= 2  # a transposition: one node, two ways in
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_prior_orders_what_a_node_tries_first(seed):
+    prior = {"genes": {"unroll(factor=2)": 0.5}}  # one gene of eight, whatever its effect here
+    _, _, events = search(cfg(generations=1, pop=2, rollout=0, seed=seed), prior=prior)
+    evals = [e["genome"] for e in events if e["type"] == "eval"]
+    assert evals[0] == {"genes": []}  # the baseline, the root
+    assert str(Genome.from_json(evals[1]).genes[0]) == "unroll(factor=2)"
+
+
+def test_a_generation_measures_about_pop_and_the_budget_holds():
+    result, _, events = search(cfg(generations=30, pop=6, max_evals=25))
+    assert result.evals == 25
+    per_generation = [e["evals"] for e in events if e["type"] == "generation"]
+    assert per_generation[0] <= 1 + 6 and all(b - a <= 6 for a, b in zip(per_generation, per_generation[1:]))
+
+
+def test_a_failure_is_backed_up_as_minus_one_and_never_best():
+    _, ckpt, _ = search(cfg(generations=15))
+    nodes = ckpt["kernels"]["k"]["state"]["nodes"]
+    failed = [n for n in nodes.values() if n["reward"] == -1.0]
+    assert failed and all(n["cycles"] is None for n in failed)
+
+
+def test_resume_matches_an_uninterrupted_search():
+    config = cfg(generations=8)
+    straight, ckpt, _ = search(config)
+    _, partial, _ = search(config, stop_after=3)
+    resumed, again, _ = search(config, checkpoint=partial)
+    assert again["kernels"]["k"]["state"] == ckpt["kernels"]["k"]["state"]
+    assert resumed.best_genome == straight.best_genome and resumed.evals == straight.evals
+
+
+def test_without_machine_code_keys_a_node_is_a_genome():
+    result, ckpt, _ = search(cfg(generations=6), code_keys=None)
+    assert all(k.startswith("genome ") for k in ckpt["kernels"]["k"]["state"]["nodes"])
+    assert result.best["cycles"] < 1000
