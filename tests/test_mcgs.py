@@ -133,3 +133,16 @@ def test_without_machine_code_keys_a_node_is_a_genome():
     result, ckpt, _ = search(cfg(generations=6), code_keys=None)
     assert all(k.startswith("genome ") for k in ckpt["kernels"]["k"]["state"]["nodes"])
     assert result.best["cycles"] < 1000
+
+
+def test_actions_that_assemble_to_the_node_itself_open_the_next_ones(monkeypatch):
+    """A register budget the kernel never reaches is the root's own code: the first two
+    actions the prior opens loop back, and the search opens more instead of stopping."""
+    noop = [parse_inline(t).genes[0] for t in ("maxnreg(n=128)", "maxnreg(n=255)")]
+    monkeypatch.setattr(KernelSearch, "alphabet", lambda self: noop + [GENES[0], GENES[2]])
+    prior = {"genes": {"maxnreg(n=128)": 0.5, "maxnreg(n=255)": 0.5}}
+    result, ckpt, events = search(cfg(generations=4, pop=2, rollout=0), prior=prior)
+    assert {str(g) for g in Genome.from_json(result.best_genome).genes} == {
+        "vec_ld(width=4)", "vec_st(width=4)"}  # the best of this space's four codes
+    generations = [e["generation"] for e in events if e["type"] == "generation"]
+    assert generations[:2] == [1, 2]  # not stopped after the first

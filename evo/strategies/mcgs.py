@@ -10,7 +10,9 @@ of its group in) the node's genome. Each generation runs simulations in one batc
    (no cycles); a node opens actions one at a time as it is visited (progressive widening:
    at most ``ceil(widen * N ** alpha)``), in the order of their prior ``P`` (evo's priors
    where given: the genes other kernels gained from weigh more; else uniform, a seeded
-   order); an edge not yet followed ends the selection: its genome is the expansion;
+   order); an action whose genome assembles to a node already in the graph leads there
+   (nothing to measure); an edge not yet followed ends the selection: its genome is the
+   expansion;
 2. every simulation's expansion is measured in one batch (selections count as visits at
    once, a virtual loss, so that the batch's simulations spread);
 3. **rollout**: from each new node that passed, ``rollout`` more genes, epsilon-greedy
@@ -171,20 +173,12 @@ def _select(state: dict, search, opts, pending: set[str]):
     node_key, path, on_path = state["root"], [], {state["root"]}
     while True:
         node = state["nodes"][node_key]
-        while node["order"] and len(node["edges"]) < math.ceil(opts.widen * (node["n"] + 1) ** opts.alpha):
-            node["edges"][node["order"].pop(0)] = {"n": 0, "w": 0.0, "child": None}
         here = Genome.from_json(node["genome"])
-        total = sum(_weight(search, g) for g in [*node["edges"], *node["order"]])
-        scored = []
-        for gene, edge in node["edges"].items():
-            if edge["child"] in on_path:
-                continue  # a cycle: adding it gives back code already on the path
-            if edge["child"] is None and _key(_child(here, _gene(gene))) in pending:
-                continue
-            q = edge["w"] / edge["n"] if edge["n"] else 0.0
-            p = _weight(search, gene) / total  # P(a)
-            u = opts.c_puct * p * math.sqrt(node["n"] + 1) / (1 + edge["n"])
-            scored.append((q + u, gene))
+        _widen(state, search, opts, node, here)
+        scored = _scored(search, opts, node, here, on_path, pending)
+        while not scored and node["order"]:  # every open action loops back: open more
+            _widen(state, search, opts, node, here, more=len(node["edges"]) + 2)
+            scored = _scored(search, opts, node, here, on_path, pending)
         if not scored:
             return None
         _, gene = max(scored)
@@ -196,6 +190,42 @@ def _select(state: dict, search, opts, pending: set[str]):
             return path, _child(here, _gene(gene))
         node_key = edge["child"]
         on_path.add(node_key)
+
+
+def _scored(search, opts, node: dict, here: Genome, on_path: set, pending: set) -> list:
+    """(P-UCB score, gene) of each open action that neither loops back into the path nor
+    is being expanded by another simulation of the batch."""
+    total = sum(_weight(search, g) for g in [*node["edges"], *node["order"]])
+    scored = []
+    for gene, edge in node["edges"].items():
+        if edge["child"] in on_path:
+            continue  # a cycle: adding it gives back code already on the path
+        if edge["child"] is None and _key(_child(here, _gene(gene))) in pending:
+            continue
+        q = edge["w"] / edge["n"] if edge["n"] else 0.0
+        p = _weight(search, gene) / total  # P(a)
+        u = opts.c_puct * p * math.sqrt(node["n"] + 1) / (1 + edge["n"])
+        scored.append((q + u, gene))
+    return scored
+
+
+def _widen(state: dict, search, opts, node: dict, here: Genome, more: int = 0) -> None:
+    """Open the node's next actions while ``ceil(widen * N ** alpha)`` (and ``more``)
+    allows. An action whose genome assembles to a node already in the graph leads there
+    at once (a transposition: nothing to measure); their machine code is looked up in one
+    batch."""
+    opened = []
+    allowed = math.ceil(opts.widen * (node["n"] + 1) ** opts.alpha) + more
+    while node["order"] and len(node["edges"]) < allowed:
+        gene = node["order"].pop(0)
+        node["edges"][gene] = {"n": 0, "w": 0.0, "child": None}
+        opened.append(gene)
+    children = [_child(here, _gene(gene)) for gene in opened]
+    search.look_up_codes(children)
+    for gene, child in zip(opened, children):
+        key = search.code_key(child)
+        if key in state["nodes"]:
+            node["edges"][gene]["child"] = key
 
 
 def _expand(state: dict, search, opts, paths, leaves: list[Genome], generation: int) -> list[float]:
