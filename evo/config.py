@@ -111,6 +111,8 @@ class LlmConfig:
         "doc": "more request fields, sent as they are (e.g. {reasoning_effort = \"low\"})"})
     timeout: float = _opt(120.0, lo=0.1, doc="seconds per request")
     retries: int = _opt(3, lo=0, hi=20, doc="retries on 429, 5xx and timeouts")
+    concurrency: int = _opt(4, lo=1, hi=64, doc="requests in flight at once (a generation's "
+                                                "LLM children are asked together)")
     max_calls: int = _opt(200, lo=0, doc="LLM calls per run at most")
     price_in: float = _opt(0.0, lo=0.0, doc="cost per 1M prompt tokens (0 = not tracked)")
     price_out: float = _opt(0.0, lo=0.0, doc="cost per 1M completion tokens")

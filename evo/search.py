@@ -153,12 +153,13 @@ class KernelSearch:
         return [_measurement(self.kernel, self.known[k]) if k in self.known
                 else Measurement(self.kernel, "", False, "over budget") for k in keys]
 
-    def llm_mutate(self, genome: Genome, mode: str = "full",
-                   other: Genome | None = None) -> Genome | None:
-        """``genome`` plus one LLM-written patch gene that applies and assembles, or None
-        (``mode`` "explore" asks with little context; ``other``: a crossover with it)."""
-        return self.llm.propose(self.spec, genome, search_view(self.kernel, self.known, genome),
-                                mode, other)
+    def llm_mutate(self, asks: list[tuple[Genome, str, Genome | None]]) -> list[Genome | None]:
+        """For each (genome, mode, other): ``genome`` plus one LLM-written patch gene that
+        applies and assembles, or None (``mode`` "explore" asks with little context;
+        ``other``: a crossover with it). The asks go to the endpoint together."""
+        return self.llm.propose_many(self.spec, [
+            (genome, search_view(self.kernel, self.known, genome), mode, other)
+            for genome, mode, other in asks])
 
     # --- checkpoint data ---------------------------------------------------------------
     def to_json(self, state: dict, done: bool) -> dict:
@@ -320,7 +321,7 @@ def _config_hash(config: Config) -> str:
     # fixing a dead URL, a short timeout or a token cap the context cannot hold must
     # leave the run resumable.
     for key in ("base_url", "api_key_env", "timeout", "retries", "max_calls", "price_in",
-                "price_out", "max_tokens", "max_tokens_field"):
+                "price_out", "max_tokens", "max_tokens_field", "concurrency"):
         d["llm"].pop(key, None)
     return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
 

@@ -366,3 +366,39 @@ def test_preflight_names_an_endpoint_nobody_listens_on(tmp_path):
                        api_key_env="EVO_TEST_KEY", timeout=2.0)
     with pytest.raises(LlmError, match="cannot be reached"):
         LlmClient(config, None, env=ENV).preflight()
+
+
+def test_many_asks_go_out_at_once_and_come_back_in_order(llm_server, tmp_path):
+    """20 answers of 1 s each, 4 in flight ([llm] concurrency): about 5 s, not 20; every
+    answer comes back once (the server hands its script out by arrival), and logs, draws
+    and counters are what one ask after another gives."""
+    import time
+
+    llm_server.script([hang(1.0, content=f"answer {i}") for i in range(20)])
+    client, _ = make(llm_server, tmp_path, concurrency=4, timeout=10.0)
+    asks = [([*MESSAGES[:1], {"role": "user", "content": f"ask {i}"}], "mutate")
+            for i in range(20)]
+    start = time.perf_counter()
+    replies = client.complete_many(asks)
+    wall = time.perf_counter() - start
+    assert wall < 7.0, wall  # serial: 20 s
+    assert all(r.ok for r in replies) and client.stats()["calls"] == 20
+    # The answers came back in arrival order, one per request: every text once.
+    assert sorted(r.text for r in replies) == sorted(f"answer {i}" for i in range(20))
+    # Logs in the asks' order, whatever order the answers arrived in.
+    logged = [entry["messages"][-1]["content"] for entry in logs(tmp_path)]
+    assert logged == [f"ask {i}" for i in range(20)]
+    assert [r.draw for r in replies] == [0] * 20  # twenty distinct prompts: each one's first
+
+
+def test_asks_in_one_batch_draw_one_after_another(llm_server, tmp_path):
+    """The same prompt asked three times in one batch: draws 0, 1, 2 (as three calls in a
+    row), so a resumed run replays them from the cache in the same order."""
+    llm_server.script([text("a"), text("b"), text("c")])
+    client, _ = make(llm_server, tmp_path, concurrency=3)
+    first = client.complete_many([(MESSAGES, "mutate")] * 3)
+    assert [r.draw for r in first] == [0, 1, 2]
+    again, _ = make(llm_server, tmp_path, concurrency=3)  # a resumed run: the same cache
+    replayed = again.complete_many([(MESSAGES, "mutate")] * 3)
+    assert [r.text for r in replayed] == [r.text for r in first] and all(r.cached for r in replayed)
+    assert len(llm_server.requests) == 3  # nothing asked twice

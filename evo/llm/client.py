@@ -25,11 +25,15 @@ and auditable:
 The API key is read from the environment variable named by ``[llm] api_key_env`` and is
 held only by the ``openai`` client object: it is never written to a log, the cache, an
 error message or ``repr``; any echo of it in text we write is masked as well.
-Not thread-safe: one client per process, called from the search loop.
+``complete_many`` sends several requests at once (``[llm] concurrency`` in flight) while
+keeping everything else in the asks' order, as ``complete`` one after another would:
+draws, the call budget, counters, logs, and the errors that stop a run. Otherwise not
+thread-safe: one client per run, called from the search loop.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -97,6 +101,21 @@ class _Failed(Exception):
         self.setup = setup  # what an HTTP 401/403/404 says of the run's setup
 
 
+@dataclass
+class _Plan:
+    """One ask of ``complete_many`` between its steps."""
+
+    messages: list[dict]
+    purpose: str
+    start: float
+    draw: int = 0
+    key: str = ""
+    reply: LlmReply | None = None  # from the cache or the budget, else the request's
+    spent: bool = False  # the call budget answered it
+    rejected: str | None = None
+    setup: str | None = None
+
+
 class LlmClient:
     """Chat completions for one run, per ``LlmConfig``; ``log_dir=None`` keeps no files."""
 
@@ -126,44 +145,74 @@ class LlmClient:
     def complete(self, messages: list[dict], purpose: str) -> LlmReply:
         """Draw an answer to ``messages``: from the cache where a resumed run drew it
         already, else from the endpoint; see the module docstring."""
-        start = self._clock()
+        return self.complete_many([(messages, purpose)])[0]
+
+    def complete_many(self, asks: list[tuple[list[dict], str]]) -> list[LlmReply]:
+        """An answer to each (messages, purpose), as ``complete`` one after another would
+        give them: draws, the call budget, counters, logs and errors go in order; only the
+        requests themselves run at once, up to ``[llm] concurrency`` in flight (a server
+        that answers in seconds, or batches, is not fed one stream)."""
+        plans = [self._plan(messages, purpose) for messages, purpose in asks]
+        todo = [plan for plan in plans if plan.reply is None]
+        if todo:
+            client = self.check()
+            with concurrent.futures.ThreadPoolExecutor(
+                    min(len(todo), max(1, self.config.concurrency))) as pool:
+                answers = pool.map(lambda pl: self._request(client, pl.messages, pl.key,
+                                                             pl.start, pl.draw), todo)
+                for plan, (reply, rejected, setup) in zip(todo, answers):
+                    plan.reply, plan.rejected, plan.setup = reply, rejected, setup
+        return [self._account(plan) for plan in plans]
+
+    def _plan(self, messages: list[dict], purpose: str) -> _Plan:
+        """The ask's draw, and its reply where the cache or the call budget gives it now."""
+        plan = _Plan(messages, purpose, self._clock())
         request = request_digest(self.config, messages)
-        draw = self._draws.get(request, 0)
-        key = cache_key(self.config, messages, draw)
-        hit = self._cache_get(key) if self.config.cache else None
+        plan.draw = self._draws.get(request, 0)
+        plan.key = cache_key(self.config, messages, plan.draw)
+        hit = self._cache_get(plan.key) if self.config.cache else None
         if hit is not None:
-            self._draws[request] = draw + 1
+            self._draws[request] = plan.draw + 1
+            plan.reply = LlmReply(hit["text"], hit.get("prompt_tokens", 0),
+                                  hit.get("completion_tokens", 0), cached=True,
+                                  seconds=self._clock() - plan.start, draw=plan.draw,
+                                  truncated=bool(hit.get("truncated", False)))
+        elif self._counts["calls"] >= self.config.max_calls:
+            plan.reply = LlmReply("", seconds=self._clock() - plan.start,
+                                  error="LLM call budget spent", draw=plan.draw)
+            plan.spent = True
+        else:
+            self.check()
+            self._draws[request] = plan.draw + 1
+            self._counts["calls"] += 1
+        return plan
+
+    def _account(self, plan: _Plan) -> LlmReply:
+        """Counters, cache, log and the errors that stop a run, for one ask, in order."""
+        reply = plan.reply
+        if reply.cached:
             self._counts["cached"] += 1
-            self._answers.add(_digest(hit["text"]))
-            reply = LlmReply(hit["text"], hit.get("prompt_tokens", 0),
-                             hit.get("completion_tokens", 0), cached=True,
-                             seconds=self._clock() - start, draw=draw,
-                             truncated=bool(hit.get("truncated", False)))
-            self._log(purpose, messages, reply, key)
+            self._answers.add(_digest(reply.text))
+            self._log(plan.purpose, plan.messages, reply, plan.key)
             return reply
-        if self._counts["calls"] >= self.config.max_calls:
+        if plan.spent:
             # Not logged: nothing was exchanged, and a loop hitting the cap would flood it.
-            return LlmReply("", seconds=self._clock() - start, error="LLM call budget spent",
-                            draw=draw)
-        client = self.check()
-        self._draws[request] = draw + 1
-        self._counts["calls"] += 1
-        reply, rejected, setup = self._request(client, messages, key, start, draw)
+            return reply
         if reply.ok:
             self._answered = True
             self._counts["prompt_tokens"] += reply.prompt_tokens
             self._counts["completion_tokens"] += reply.completion_tokens
             self._answers.add(_digest(reply.text))
             if self.config.cache:
-                self._cache_put(key, messages, reply)
+                self._cache_put(plan.key, plan.messages, reply)
         else:
             self._counts["failures"] += 1
             self._unanswered = 0 if self._answered else self._unanswered + 1
-        self._log(purpose, messages, reply, key)
-        if rejected is not None:
-            raise LlmError(rejection(rejected, reply.error))
-        if setup is not None:
-            raise LlmError(f"the LLM endpoint refuses the run: {setup} ({reply.error}; "
+        self._log(plan.purpose, plan.messages, reply, plan.key)
+        if plan.rejected is not None:
+            raise LlmError(rejection(plan.rejected, reply.error))
+        if plan.setup is not None:
+            raise LlmError(f"the LLM endpoint refuses the run: {plan.setup} ({reply.error}; "
                            f"{self._where()}, model {self.config.model!r}): "
                            f"check [llm] base_url, model and ${self.config.api_key_env}, "
                            "or set [llm] rate = 0")

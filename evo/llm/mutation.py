@@ -134,38 +134,60 @@ class LlmMutator:
                 mode: str = "full", other: Genome | None = None) -> Genome | None:
         """The genome with one LLM-written patch gene appended, or None (``mode`` and
         ``other``: see ``messages``)."""
-        purpose = "crossover" if other is not None else "mutate"
-        self.counts[purpose if other is not None else f"mode_{mode}"] += 1  # KINDS_ASKED
-        if self.ncu_every and self.asked[spec.name] % self.ncu_every == 0:
-            self.profile(spec, view.best_genome or genome)
-        self.asked[spec.name] += 1
-        reply = self.client.complete(self.messages(spec, genome, view, mode, other), purpose)
-        if reply.ok:
-            self._learn(spec.name, reply.text)
-        gene = _patch_gene(reply.text) if reply.ok else None
-        if gene is None:
-            self.counts["no_patch" if reply.ok else "call_failed"] += 1
-            if reply.truncated:  # cut at [llm] max_tokens: not the model's format to correct
-                self.counts["cut"] += 1
-            elif reply.ok:
-                self.history.add(spec.name, str(genome), "no_edit")
-            return None
-        self.counts["proposed"] += 1
-        child, problem, stage, patched = self._check(spec, genome, gene)
-        if problem:  # one repair attempt
+        return self.propose_many(spec, [(genome, view, mode, other)])[0]
+
+    def propose_many(self, spec: KernelSpec, asks: list) -> list[Genome | None]:
+        """``propose`` for each (genome, view, mode, other), the prompts written first and
+        the requests sent together (``LlmClient.complete_many``), then one repair each
+        where the patch did not apply or assemble, also together. Every prompt is written
+        before any answer is read, so what a run asks does not depend on timing."""
+        prompts = []
+        for genome, view, mode, other in asks:
+            purpose = "crossover" if other is not None else "mutate"
+            self.counts[purpose if other is not None else f"mode_{mode}"] += 1  # KINDS_ASKED
+            if self.ncu_every and self.asked[spec.name] % self.ncu_every == 0:
+                self.profile(spec, view.best_genome or genome)
+            self.asked[spec.name] += 1
+            prompts.append((self.messages(spec, genome, view, mode, other), purpose))
+        children: list[Genome | None] = [None] * len(asks)
+        repairs = []  # (index, genome, view, the repair prompt)
+        for i, ((genome, view, _, _), reply) in enumerate(
+                zip(asks, self.client.complete_many(prompts))):
+            if reply.ok:
+                self._learn(spec.name, reply.text)
+            gene = _patch_gene(reply.text) if reply.ok else None
+            if gene is None:
+                self.counts["no_patch" if reply.ok else "call_failed"] += 1
+                if reply.truncated:  # cut at [llm] max_tokens: not the model's format to correct
+                    self.counts["cut"] += 1
+                elif reply.ok:
+                    self.history.add(spec.name, str(genome), "no_edit")
+                continue
+            self.counts["proposed"] += 1
+            child, problem, stage, patched = self._check(spec, genome, gene)
+            if not problem:
+                children[i] = self._pending(spec, child, view)
+                continue
             current_ptx = apply_genome(spec.ptx_text(), genome, spec.launch).ptx
             repair = build_repair_context(spec, current_ptx, gene, problem, stage=stage,
                                           patched_ptx=patched, arch=self.arch)
-            reply = self.client.complete(self.prompts.messages("repair", repair), "repair")
-            gene = _patch_gene(reply.text) if reply.ok else None
-            self.counts["repairs"] += 1
-            if gene is None:
-                if reply.ok:
-                    self.history.add(spec.name, str(genome), "no_edit")
-                return None
-            child, problem, stage, patched = self._check(spec, genome, gene)
-            if problem:
-                return None
+            repairs.append((i, genome, view, (self.prompts.messages("repair", repair), "repair")))
+        if repairs:  # one repair attempt each
+            replies = self.client.complete_many([prompt for *_, prompt in repairs])
+            for (i, genome, view, _), reply in zip(repairs, replies):
+                self.counts["repairs"] += 1
+                gene = _patch_gene(reply.text) if reply.ok else None
+                if gene is None:
+                    if reply.ok:
+                        self.history.add(spec.name, str(genome), "no_edit")
+                    continue
+                child, problem, _, _ = self._check(spec, genome, gene)
+                if not problem:
+                    children[i] = self._pending(spec, child, view)
+        return children
+
+    def _pending(self, spec: KernelSpec, child: Genome, view: SearchView) -> Genome:
+        """``child``, remembered until the search measures it (``measured``)."""
         parent = view.current.fitness if view.current is not None else math.inf
         self.pending[(spec.name, child.effective().dumps())] = (child.genes[-1], parent)
         return child

@@ -311,36 +311,39 @@ def _vary(parents: list[Individual], tb: base.Toolbox, search) -> list[Individua
     for i in range(1, len(offspring), 2):
         if rng.random() < cfg.cxpb:
             offspring[i - 1], offspring[i] = tb.mate(offspring[i - 1], offspring[i])
-    varied: list[Individual] = []
-    llm_made: list[bool] = []  # whether the LLM made each child
     llm = search.config.llm
+    asks = {}  # child index -> what the LLM is asked for it (evo.search.llm_mutate)
     for i, child in enumerate(offspring):
         # The LLM draws happen only when the LLM (and each of its options) is on, so other
-        # runs keep their random stream; an LLM that proposes nothing usable falls back
-        # to mutate().
-        by_llm = llm.rate > 0 and search.llm is not None and rng.random() < llm.rate
-        patched = _llm_child(child, offspring[:i] + offspring[i + 1:], rng, search) \
-            if by_llm else None
-        if patched is not None:
-            child = Individual(patched)
-        elif rng.random() < cfg.mutpb:
+        # runs keep their random stream.
+        if llm.rate > 0 and search.llm is not None and rng.random() < llm.rate:
+            asks[i] = _llm_ask(child, offspring[:i] + offspring[i + 1:], rng, search)
+    # The generation's LLM children are asked together (requests in flight at once).
+    patched = dict(zip(asks, search.llm_mutate(list(asks.values())))) if asks else {}
+    varied: list[Individual] = []
+    llm_made: list[bool] = []  # whether the LLM made each child
+    for i, child in enumerate(offspring):
+        if patched.get(i) is not None:
+            child = Individual(patched[i])
+        elif rng.random() < cfg.mutpb:  # an LLM that proposed nothing usable: mutate()
             child, = tb.mutate(child)
         varied.append(child)
-        llm_made.append(patched is not None)
+        llm_made.append(patched.get(i) is not None)
     # An LLM child keeps its patch even where it assembles like a measured genome: the
     # call is paid for, and the LLM hears back how its patch did.
     return _novel(varied, search, tb, by_code=[not b for b in llm_made])
 
 
-def _llm_child(child: Individual, others: list[Individual], rng, search):
-    """The LLM's child: a crossover with another offspring (share ``[llm] crossover``),
-    else a mutation, in explore mode for a share ``[llm] explore`` of them."""
+def _llm_ask(child: Individual, others: list[Individual], rng, search) -> tuple:
+    """What the LLM is asked for this child, (genome, mode, other): a crossover with
+    another offspring (share ``[llm] crossover``), else a mutation, in explore mode for a
+    share ``[llm] explore`` of them."""
     llm = search.config.llm
     mates = [o.genome for o in others if o.genome != child.genome]
     if llm.crossover > 0 and mates and rng.random() < llm.crossover:
-        return search.llm_mutate(child.genome, other=rng.choice(mates))
+        return child.genome, "full", rng.choice(mates)
     explore = llm.explore > 0 and rng.random() < llm.explore
-    return search.llm_mutate(child.genome, "explore" if explore else "full")
+    return child.genome, "explore" if explore else "full", None
 
 
 def finished(state: dict, search) -> bool:
