@@ -1,6 +1,7 @@
 """``evo.toml``: typed, strictly validated configuration.
 
-The file has one table per dataclass below. Every key is checked: an unknown key, a
+The file has one table per dataclass below, and one per strategy that has options (its
+module's ``Options``, ``evo.strategies``). Every key is checked: an unknown key, a
 wrong type or an out-of-range value is one ``ConfigError`` naming the file, the key and
 (for unknown keys) the closest valid key. CLI flags override file values through
 ``Config.override``; the resolved config is written into the run as TOML by ``dumps``,
@@ -26,8 +27,6 @@ from evo.strategies import NAMES as STRATEGIES
 
 class ConfigError(EvoError):
     """A bad evo.toml or CLI override."""
-
-
 
 
 @dataclass(frozen=True)

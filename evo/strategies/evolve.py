@@ -92,8 +92,8 @@ from genomes.variation import (crossover_one_point, crossover_uniform, mutate, r
                                random_genome)
 
 from evo.learn.cost import screen_genomes
-from evo.options import opt
 from evo.learn.steer import first_seed_with_untried, gene_drawer, seed_genomes
+from evo.options import opt
 
 RETRIES = 4  # extra mutations to turn an already-seen child into a new genome
 
