@@ -43,6 +43,7 @@ from harness.instrument import clock_entry_name
 from harness.record import Measurement
 from harness.sass import cubin_text_hash
 from harness.spec import baseline_ptx
+from harness.spec_ptx import in_file_lines
 from harness.hidden_state import hidden_state
 from harness.store import Store, code_hash, ptxas_error_key, static_reject_key
 from harness.toolchain import ptxas_version
@@ -266,8 +267,9 @@ class Evaluator:
                 b.by_code.setdefault(v.code_hash, []).append(v)
                 continue
             stats.ptxas_errors += 1
+            error = in_file_lines(spec, c.error) if v.is_baseline else c.error
             m = Measurement(kernel=kernel, device=dev, valid=False, backend=self.backend.name,
-                            reason=f"{record.PTXAS_ERROR}: {c.error}", ptx_hash=v.ptx_hash,
+                            reason=f"{record.PTXAS_ERROR}: {error}", ptx_hash=v.ptx_hash,
                             seconds=c.seconds, notes={"ptxas_log": c.log[-2000:]})
             b.result[v.ptx_hash] = m
             # A timeout or a crash of ptxas says more about the machine than the PTX (a

@@ -1,5 +1,6 @@
 """Kernel specs and PTX signatures: read an entry's parameters from PTX, check a spec
-against them, and write a spec skeleton for a new kernel (``evo init-kernel``)."""
+against them, write a spec skeleton for a new kernel (``evo init-kernel``), and say
+ptxas's line numbers in the user's file where evo assembled a narrowed copy of it."""
 
 from __future__ import annotations
 
@@ -215,3 +216,43 @@ def _buffer_lines(use: PointerUse | None) -> list[str]:
 
 
 _ROLE_WHY = {"in": "only read", "out": "only written", "inout": "read and written"}
+
+
+def file_lines(spec: KernelSpec) -> dict[int, int]:
+    """Line numbers of the spec's baseline text (``baseline_ptx``) -> its PTX file's, where
+    the baseline is narrowed from a file of several entries (empty where the text is the
+    file's own). Lines are matched in order, whitespace aside; a line found nowhere after
+    the last match is left out."""
+    from genomes.ptx import only_entry
+    from harness.spec import read_ptx
+
+    if spec.ptx_path is None:
+        return {}
+    original = read_ptx(spec.ptx_path)
+    narrowed = only_entry(original, spec.entry)
+    if narrowed == original:
+        return {}
+    source = [" ".join(line.split()) for line in original.splitlines()]
+    mapping, at = {}, 0
+    for number, line in enumerate(narrowed.splitlines(), 1):
+        key = " ".join(line.split())
+        if not key:
+            continue
+        found = next((k for k in range(at, len(source)) if source[k] == key), None)
+        if found is not None:
+            mapping[number], at = found + 1, found + 1
+    return mapping
+
+
+def in_file_lines(spec: KernelSpec, message: str) -> str:
+    """``message`` (ptxas on the spec's baseline) with each "line N" also given as the line
+    of the user's PTX file, where evo assembled a narrowed copy (ptxas counts that copy's)."""
+    mapping = file_lines(spec)
+    if not mapping:
+        return message
+    name = spec.ptx_path.name
+
+    def where(m: re.Match) -> str:
+        line = mapping.get(int(m.group(1)))
+        return m.group(0) if line is None else f"{m.group(0)} ({name} line {line})"
+    return re.sub(r"\bline (\d+)", where, message)
