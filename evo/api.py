@@ -36,7 +36,7 @@ from harness.spec import (BufferParam, KernelSpec, ScalarParam, SpecError, Toler
 from harness.spec_ptx import check_ptx, ptx_entries
 from harness.spec_write import param_table, spec_toml
 
-__all__ = ["RunResult", "buffer", "capture", "from_triton", "from_triton_call", "kernel", "measure", "run",
+__all__ = ["RunResult", "buffer", "capture", "from_call", "from_triton", "from_triton_call", "kernel", "measure", "run",
            "scalar"]
 
 TRITON_SCRATCH = ("global_scratch", "profile_scratch")  # the pointers Triton appends, in order
@@ -153,6 +153,14 @@ def from_triton_call(fn, grid, *args, **kwargs) -> KernelSpec:
     from evo.triton_call import from_triton_call as from_call
 
     return from_call(fn, grid, *args, **kwargs)
+
+
+def from_call(ptx, grid, block, *args, **options) -> KernelSpec:
+    """A KernelSpec from a kernel's PTX and the arguments a program calls it with (arrays
+    of NumPy, CuPy or PyTorch, and numbers), no value filled by hand: ``evo.ptx_call``."""
+    from evo.ptx_call import from_call as spec_of_call
+
+    return spec_of_call(ptx, grid, block, *args, **options)
 
 
 def capture(fn, *inputs, out, warmup: int = 1, profile: bool = True) -> dict:
