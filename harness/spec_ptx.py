@@ -166,31 +166,54 @@ def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None 
         entry = next(iter(entries))
     if entry not in entries:
         raise SpecError(f"entry {entry!r} is not in the PTX{_suggest(entry, entries)}")
-    lines = [f'# Spec skeleton for PTX entry {entry}: replace every "TODO", then check the rest.',
-             f'name = "{entry}"', f'entry = "{entry}"', f'ptx = "{ptx_name or entry + ".ptx"}"',
-             "grid = [1, 1, 1]                # blocks (x, y, z)",
-             "block = [1, 1, 1]               # threads per block (x, y, z), at most 1024",
-             "shared_mem = 0                  # dynamic shared memory, bytes",
-             'timing = "clock64"              # "clock64" for single-block kernels, "events" for many-block',
-             'description = ""', "", "[tolerance]", "rtol = 1e-05", "atol = 1e-05"]
+    from harness.ptx_index import index_guard
+
     try:
         uses = pointer_uses(ptx_text, entry)
+        guard = index_guard(ptx_text, entry)
     except Exception:  # PTX the parser cannot read: the skeleton says so, param by param
-        uses = {}
+        uses, guard = {}, None
+    lines = [f'# Spec skeleton for PTX entry {entry}: replace every "TODO", then check the rest.',
+             f'name = "{entry}"', f'entry = "{entry}"', f'ptx = "{ptx_name or entry + ".ptx"}"']
+    if guard is not None:  # one thread per element, the index bounded by a size param
+        size = guard.size.removeprefix(entry + "_")
+        lines += [f"grid = [{GUARDED_COUNT // GUARDED_BLOCK}, 1, 1]".ljust(32)
+                  + f"# ceil({size} / block): one thread per element below {size}",
+                  f"block = [{GUARDED_BLOCK}, 1, 1]".ljust(32) + "# threads per block, at most 1024",
+                  "shared_mem = 0                  # dynamic shared memory, bytes",
+                  'timing = "events"               # many blocks']
+    else:
+        lines += ["grid = [1, 1, 1]                # blocks (x, y, z)",
+                  "block = [1, 1, 1]               # threads per block (x, y, z), at most 1024",
+                  "shared_mem = 0                  # dynamic shared memory, bytes",
+                  'timing = "clock64"              # "clock64" for single-block kernels, "events" for many-block']
+    lines += ['description = ""', "", "[tolerance]", "rtol = 1e-05", "atol = 1e-05"]
     for i, ptx in enumerate(entries[entry]):
         name = ptx.name.removeprefix(entry + "_")
         lines += ["", "[[params]]", f'name = "{name if name.isidentifier() else f"p{i}"}"']
         if ptx.bits == 64 and ptx.ptx_type in ("u64", "b64"):
-            lines += ['kind = "buffer"'] + _buffer_lines(uses.get(ptx.name))
+            lines += ['kind = "buffer"'] + _buffer_lines(uses.get(ptx.name), guard, ptx.name,
+                                                         size if guard is not None else "")
         else:
             dtype = _PTX_SCALAR_DTYPES.get(ptx.ptx_type, "TODO") if ptx.bits <= 64 else "TODO"
-            lines += ['kind = "scalar"', f'dtype = "{dtype}"                   # from .{ptx.ptx_type}',
-                      'value = "TODO"']
+            lines += ['kind = "scalar"', f'dtype = "{dtype}"                   # from .{ptx.ptx_type}']
+            if guard is not None and guard.size == ptx.name:
+                lines.append(f"value = {GUARDED_COUNT}".ljust(32) + "# the size the index guard "
+                             "bounds by (evo's choice: change it with the counts and the grid)")
+            else:
+                lines.append('value = "TODO"')
     return "\n".join(lines) + "\n"
 
 
-def _buffer_lines(use: PointerUse | None) -> list[str]:
-    """A buffer's dtype, count, role and fill lines, inferred where the PTX proves them."""
+GUARDED_COUNT = 1 << 20  # elements of a skeleton whose index guard names its size param
+GUARDED_BLOCK = 256
+
+
+def _buffer_lines(use: PointerUse | None, guard=None, param: str = "",
+                  size: str = "") -> list[str]:
+    """A buffer's dtype, count, role and fill lines, inferred where the PTX proves them
+    (``guard``: the entry's ``IndexGuard``, which may give the count; ``size``: its size
+    param's name in the skeleton)."""
     seen = f"from {', '.join(use.accesses)}" if use and use.accesses else ""
     if use and use.dtype:
         dtype, why = use.dtype, f"inferred {seen}"
@@ -198,9 +221,16 @@ def _buffer_lines(use: PointerUse | None) -> list[str]:
         dtype, why = "TODO", f"{use.guess}? ({seen})"
     else:
         dtype, why = "TODO", "not accessed as global memory here: f32 f64 f16 bf16 i32 u32 ..."
-    lines = [f'dtype = "{dtype}"'.ljust(32) + f"# {why}",
-             'count = "TODO"                  # element count']
-    if use and use.role:
+    lines = [f'dtype = "{dtype}"'.ljust(32) + f"# {why}"]
+    if guard is not None and param in guard.indexed:
+        lines.append(f"count = {GUARDED_COUNT}".ljust(32)
+                     + f"# indexed by the thread index, which the guard bounds by {size}")
+    else:
+        lines.append('count = "TODO"                  # element count')
+    if use and use.role == "out" and guard is not None and not guard.whole:
+        lines.append('role = "inout"'.ljust(32) + "# only written, but not every element: the "
+                     "guard is not i < n (judged whole)")
+    elif use and use.role:
         lines.append(f'role = "{use.role}"'.ljust(32) + f"# inferred: {_ROLE_WHY[use.role]}")
     else:
         lines.append('role = "TODO"                   # in | out | inout')

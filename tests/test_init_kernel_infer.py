@@ -41,20 +41,58 @@ def test_triton_bits_are_a_guess_left_to_the_user():
     spec = find_kernel("triton_add")
     skeleton = spec_skeleton(spec.ptx_text(), spec.entry)
     assert 'dtype = "TODO"' in skeleton and "f32, i32 or u32?" in skeleton
-    assert 'role = "in"' in skeleton and 'role = "out"' in skeleton
+    # z is only written, under a mask that is not i < n (Triton's offsets): judged whole
+    assert 'role = "in"' in skeleton and 'role = "inout"' in skeleton and 'role = "out"' not in skeleton
 
 
 @needs_ptxas
-def test_a_skeleton_filled_with_counts_grid_and_n_loads_and_measures(tmp_path):
-    n = 1 << 16
+def test_a_stencil_skeleton_needs_no_value_by_hand(tmp_path):
+    """The index guard (0 < i < n - 1) names n: the counts, n and the grid follow from it,
+    and the output, written only between the borders, is judged whole (inout)."""
     text = spec_skeleton((DATA / "hist.ptx").read_text(), "stencil", ptx_name=str(DATA / "hist.ptx"))
-    assert text.count('= "TODO"') == 3  # two counts and the scalar n: all the PTX cannot say
-    filled = re.sub(r'count = "TODO"', f"count = {n}", text).replace('value = "TODO"', f"value = {n}")
-    filled = filled.replace("grid = [1, 1, 1]", f"grid = [{n // 256}, 1, 1]").replace(
-        "block = [1, 1, 1]", "block = [256, 1, 1]").replace('"clock64"', '"events"')
+    assert text.count('= "TODO"') == 0, text
     path = tmp_path / "stencil.toml"
-    path.write_text(filled)
+    path.write_text(text)
     spec = load_spec(path)
-    assert [p.role for p in spec.buffers()] == ["in", "out"]
-    assert tomllib.loads(filled)["params"][0]["dtype"] == "f32"
+    x, y = spec.buffers()
+    (n,) = spec.scalars()
+    assert (x.role, y.role) == ("in", "inout") and x.count == y.count == n.value
+    assert spec.grid[0] * spec.block[0] == n.value and spec.timing == "events"
     assert api.measure(spec, backend="static", store=":memory:").cycles > 0
+
+
+def test_a_histogram_skeleton_leaves_only_what_the_ptx_cannot_say():
+    """i < n bounds the data (its count is n); the bins are addressed by the data's values,
+    not by i: their count and the values' range are the user's (two values)."""
+    text = spec_skeleton((DATA / "hist.ptx").read_text(), "histogram256")
+    assert text.count('= "TODO"') == 2, text
+    table = tomllib.loads(text.replace('"TODO"', "256"))
+    data, bins, n = table["params"]
+    assert data["count"] == n["value"] and data["role"] == "in"
+    assert bins["role"] == "inout" and "count" in bins
+
+
+def test_the_guard_agrees_with_the_suites_hand_written_specs():
+    """Where the index guard is found, the counts it gives are the specs' own; 2-D kernels
+    (transpose) and per-row ones (softmax) get nothing, and batch norm's per-channel
+    tables, addressed through i / hw % channels, are not counted as n."""
+    from harness.ptx_index import index_guard
+    from harness.suite import list_kernels
+
+    found = 0
+    for spec in list_kernels():
+        guard = index_guard(spec.ptx_text(), spec.entry)
+        if guard is None:
+            continue
+        found += 1
+        params = {f"{spec.entry}_param_{i}": p for i, p in enumerate(spec.params)}
+        size = params[guard.size].value
+        assert {params[q].name: params[q].count for q in guard.indexed} == {
+            params[q].name: size for q in guard.indexed}, spec.name
+    assert found >= 10
+    for name in ("transpose", "softmax", "gemm_tile_4x4x4"):
+        spec = find_kernel(name)
+        assert index_guard(spec.ptx_text(), spec.entry) is None, name
+    bn = find_kernel("batchnorm_infer")
+    names = {f"{bn.entry}_param_{i}": p.name for i, p in enumerate(bn.params)}
+    assert {names[q] for q in index_guard(bn.ptx_text(), bn.entry).indexed} == {"x", "y"}
