@@ -146,11 +146,11 @@ class KernelSearch:
         for k, m in fresh.items():
             if self.llm is not None:  # how its patch did, where the LLM wrote this child
                 self.llm.measured(self.kernel, k, m)
-            self.known[k] = _summary(m)
+            self.known[k] = summary(m)
             events.append({"type": "eval", "kernel": self.kernel, "generation": generation,
                            "genome": json.loads(k), **self.known[k]})
         self.on_events(events)
-        return [_measurement(self.kernel, self.known[k]) if k in self.known
+        return [measurement(self.kernel, self.known[k]) if k in self.known
                 else Measurement(self.kernel, "", False, "over budget") for k in keys]
 
     def llm_mutate(self, asks: list[tuple[Genome, str, Genome | None]]) -> list[Genome | None]:
@@ -192,8 +192,8 @@ def search_view(kernel: str, known: dict, genome: Genome):
     from evo.llm.mutation import SearchView
 
     def measured(g: Genome) -> Measurement | None:
-        summary = known.get(_key(g))
-        return _measurement(kernel, summary) if summary else None
+        found = known.get(_key(g))
+        return measurement(kernel, found) if found else None
 
     view = SearchView(baseline=measured(Genome()), current=measured(genome),
                       recent_failures=[f"{Genome.from_json(json.loads(k))}: {s['reason']}"
@@ -203,7 +203,7 @@ def search_view(kernel: str, known: dict, genome: Genome):
     if valid:
         best_key = min(valid)[1]
         view.best_genome = Genome.from_json(json.loads(best_key))
-        view.best = _measurement(kernel, known[best_key])
+        view.best = measurement(kernel, known[best_key])
     return view
 
 
@@ -211,8 +211,10 @@ def _key(genome: Genome) -> str:
     return genome.effective().dumps()
 
 
-def _summary(m: Measurement) -> dict:
-    """What the run remembers of a measurement (JSON; also the eval event's fields)."""
+def summary(m: Measurement) -> dict:
+    """What the run remembers of a measurement: plain JSON, the checkpoint's ``known``
+    entries and the eval events' fields (``measurement`` reads it back). Strategies, the
+    LLM's prompts and the reports read results in this shape."""
     return {"cycles": m.cycles, "valid": m.valid, "reason": m.reason, "timer": m.timer,
             "device": m.device, "backend": m.backend, "registers": m.registers,
             "spill_stores": m.spill_stores, "cached": m.cached, "p10": m.p10, "p90": m.p90,
@@ -228,12 +230,15 @@ def _summary(m: Measurement) -> dict:
 _MEMORY_NOTES = ("us_per_launch", "bytes_moved", "copy_gbps", "caches")
 
 
-def _measurement(kernel: str, s: dict) -> Measurement:
+def measurement(kernel: str, s: dict) -> Measurement:
+    """The Measurement a ``summary`` was made from, its notes as far as the summary keeps
+    them (the launch, the largest error, the memory figures)."""
+    notes = {key: s[key] for key in ("launch", "max_rel_err", *_MEMORY_NOTES) if key in s}
     return Measurement(kernel=kernel, device=s["device"], valid=s["valid"], reason=s["reason"],
                        cycles=s["cycles"], p10=s["p10"], p90=s["p90"], n=s["n"],
                        timer=s["timer"], backend=s["backend"], registers=s["registers"],
                        spill_stores=s["spill_stores"], flags=list(s["flags"]),
-                       cached=s["cached"])
+                       cached=s["cached"], notes=notes)
 
 
 @dataclass

@@ -28,7 +28,7 @@ COPY_GBPS = 2900.0
 
 
 def _summary(spec, cycles, us=None, valid=True, timer="events", launch=None) -> dict:
-    """What KernelSearch.known holds for one result (evo.search._summary)."""
+    """What KernelSearch.known holds for one result (evo.search.summary)."""
     s = {"cycles": cycles, "valid": valid, "reason": "ok" if valid else "wrong result",
          "timer": timer, "device": "test-gpu", "backend": "static" if timer == "static"
          else "gpu", "registers": 20, "spill_stores": 0, "cached": False, "p10": cycles,

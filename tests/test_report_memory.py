@@ -4,7 +4,7 @@ the peer, from the figures the events timer leaves in a measurement's notes."""
 from __future__ import annotations
 
 from evo.report import memory_lines
-from evo.search import KernelResult, _summary
+from evo.search import KernelResult, summary
 from harness.record import Measurement
 
 
@@ -13,7 +13,7 @@ def _measured(us: float, valid: bool = True) -> dict:
                     timer="events", backend="gpu", reason="ok" if valid else "wrong result")
     m.notes = {"us_per_launch": us, "bytes_moved": 8_388_608, "copy_gbps": 3460.0,
                "caches": "warm (inputs reused across launches)", "graph_launches": 256}
-    return _summary(m)
+    return summary(m)
 
 
 def test_the_summary_keeps_what_the_memory_section_needs():

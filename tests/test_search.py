@@ -262,3 +262,19 @@ def test_resume_allows_fixing_how_the_llm_endpoint_is_reached_not_what_it_is_ask
     for changed in (base.override("llm", model="m2"), base.override("llm", temperature=0.1),
                     base.override("llm", rate=0.5), base.override("run", seed=9)):
         assert "changes results" in check_resumable(checkpoint, changed)
+
+
+def test_a_summary_reads_back_as_the_measurement_it_was():
+    """evo.search.summary is the one shape results travel in (checkpoint, events, prompts);
+    measurement() gives the Measurement back, with the notes the summary keeps."""
+    from evo.search import measurement, summary
+
+    m = Measurement("k", "H200", True, cycles=812.5, timer="events", n=12, p10=800.0, p90=830.0,
+                    registers=32, flags=["fast-math"],
+                    notes={"us_per_launch": 2.5, "bytes_moved": 8 << 20, "copy_gbps": 3900.0,
+                           "caches": "warm", "max_rel_err": 1e-6, "phases": {"dropped": 1.0}})
+    back = measurement("k", json.loads(json.dumps(summary(m))))
+    assert (back.cycles, back.valid, back.timer, back.n, back.registers, back.flags) == (
+        812.5, True, "events", 12, 32, ["fast-math"])
+    assert back.notes == {"us_per_launch": 2.5, "bytes_moved": 8 << 20, "copy_gbps": 3900.0,
+                          "caches": "warm", "max_rel_err": 1e-6}  # not the worker's phases

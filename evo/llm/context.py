@@ -1,7 +1,7 @@
 """What the search has learnt about one kernel, as prompt lines (EvoEngineer-style context).
 
 From the search's results so far (``KernelSearch.known``: effective genome key -> result
-summary, ``evo.search._summary``) this builds:
+summary, ``evo.search.summary``) this builds:
 
 - memory figures for an events-timed variant: µs per launch, bytes moved (every input read
   once, every output written once), achieved GB/s and its share of a device copy of the
