@@ -115,6 +115,9 @@ class LlmConfig:
     max_calls: int = _opt(200, lo=0, doc="LLM calls per run at most")
     price_in: float = _opt(0.0, lo=0.0, doc="cost per 1M prompt tokens (0 = not tracked)")
     price_out: float = _opt(0.0, lo=0.0, doc="cost per 1M completion tokens")
+    max_cost: float = _opt(0.0, lo=0.0, doc="no new LLM call once the run's spend reaches "
+                                            "this, from price_in and price_out (requests "
+                                            "already in flight finish; 0 = no cap)")
     prompt_dir: str = _opt("", doc="folder with your own prompt templates ('' = built-in)")
     cache: bool = _opt(True, doc="keep every answer, per prompt and draw, so that a resumed "
                                  "run replays its answers instead of asking again")
@@ -153,6 +156,9 @@ class LlmConfig:
                                    for k, v in self.items()) + "}"
 
     def __post_init__(self):
+        if self.max_cost > 0 and self.price_in <= 0 and self.price_out <= 0:
+            raise ConfigError("[llm] max_cost needs the prices it is counted in: set price_in "
+                              "and price_out (per 1M tokens), or max_cost = 0")
         if 0 < self.max_tokens < 16:
             raise ConfigError(f"[llm] max_tokens must be 0 (not sent) or >= 16, "
                               f"got {self.max_tokens!r}")

@@ -125,7 +125,8 @@ def llm_lines(stats: dict | None) -> list[str]:
     # "distinct": different answer texts; "replayed": answers a resumed run took from the
     # cache (checkpoints older than the draw-aware cache have no "unique": not shown).
     unique = f"{stats['unique']} distinct, " if "unique" in stats else ""
-    return [f"LLM: {stats['calls']} calls ({stats['failures']} failed), {answers} answers "
+    tries = f"{stats['attempts']} HTTP attempts, " if stats.get("attempts") else ""
+    return [f"LLM: {stats['calls']} calls ({tries}{stats['failures']} failed), {answers} answers "
             f"({unique}{stats['cached']} replayed from the cache), {stats['prompt_tokens']} "
             f"prompt + {stats['completion_tokens']} completion tokens{cost}",
             f"patches: {stats['proposed']} proposed, {stats['applied']} applied, "

@@ -326,7 +326,7 @@ def _config_hash(config: Config) -> str:
     # fixing a dead URL, a short timeout or a token cap the context cannot hold must
     # leave the run resumable.
     for key in ("base_url", "api_key_env", "timeout", "retries", "max_calls", "price_in",
-                "price_out", "max_tokens", "max_tokens_field", "concurrency"):
+                "price_out", "max_tokens", "max_tokens_field", "concurrency", "max_cost"):
         d["llm"].pop(key, None)
     return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
 

@@ -62,7 +62,7 @@ def test_good_answer_counts_tokens_and_logs(llm_server, tmp_path):
     assert body["temperature"] == 0.7 and body["max_tokens"] == 4096
     stats = client.stats()
     assert stats == {"calls": 1, "cached": 0, "failures": 0, "prompt_tokens": 120,
-                     "completion_tokens": 30, "cost": round((120 * 2 + 30 * 8) / 1e6, 6),
+                     "completion_tokens": 30, "attempts": 1, "cost": round((120 * 2 + 30 * 8) / 1e6, 6),
                      "unique": 1, "state": {
                          "draws": {request_digest(client.config, MESSAGES): 1},
                          "answer_digests": stats["state"]["answer_digests"]}}
@@ -402,3 +402,24 @@ def test_asks_in_one_batch_draw_one_after_another(llm_server, tmp_path):
     replayed = again.complete_many([(MESSAGES, "mutate")] * 3)
     assert [r.text for r in replayed] == [r.text for r in first] and all(r.cached for r in replayed)
     assert len(llm_server.requests) == 3  # nothing asked twice
+
+
+def test_a_spend_cap_stops_calls_and_every_attempt_is_counted(llm_server, tmp_path):
+    """[llm] max_cost: 18 tokens an answer at 1000 per 1M tokens is 0.018; with a cap of
+    0.03 the third ask is refused without a request. Retried attempts count too."""
+    llm_server.script([status(500), text("a"), text("b"), text("c")])
+    client, _ = make(llm_server, tmp_path, price_in=1000.0, price_out=1000.0, max_cost=0.03)
+    first, second, third = (client.complete(MESSAGES + [{"role": "user", "content": str(i)}],
+                                            "mutate") for i in range(3))
+    assert first.ok and first.attempts == 2 and second.ok
+    assert not third.ok and "spend cap" in third.error
+    assert len(llm_server.requests) == 3  # 500, a, b: nothing for the third
+    stats = client.stats()
+    assert stats["calls"] == 2 and stats["attempts"] == 3 and stats["cost"] == pytest.approx(0.036)
+
+
+def test_a_spend_cap_without_prices_is_refused():
+    from evo.config import ConfigError
+
+    with pytest.raises(ConfigError, match="max_cost needs the prices"):
+        LlmConfig(max_cost=1.0)

@@ -153,7 +153,7 @@ def test_a_resumed_run_prompts_draws_and_answers_as_the_interrupted_one(llm_serv
     b.restore(checkpoint)
     assert run(b) == children
     assert len(llm_server.requests) == 4  # every answer replayed from the cache
-    paid = ("calls", "cached", "prompt_tokens", "completion_tokens", "cost")
+    paid = ("calls", "cached", "prompt_tokens", "completion_tokens", "cost", "attempts")
     assert {k: v for k, v in b.stats().items() if k not in paid} == \
            {k: v for k, v in a.stats().items() if k not in paid}
     assert b.stats()["cached"] == 2 and b.stats()["state"]["history"][KERNEL]

@@ -55,7 +55,7 @@ BACKOFF_BASE = 0.5  # seconds before the first retry; doubles per retry
 BACKOFF_CAP = 30.0  # no single wait is longer, whatever Retry-After asks for
 ERROR_CHARS = 300  # error bodies can be whole HTML pages; a reply keeps their start
 MIN_SECRET_LEN = 8  # masking a 1-3 character "key" would garble ordinary text
-COUNTERS = ("calls", "cached", "failures", "prompt_tokens", "completion_tokens")
+COUNTERS = ("calls", "cached", "failures", "prompt_tokens", "completion_tokens", "attempts")
 SETUP_STATUS = {401: "the API key was refused", 403: "the API key may not use this",
                 404: "no such model or endpoint"}
 SETUP_FAILURES = 3  # calls in a row, each after its retries, failed before any answered
@@ -177,9 +177,11 @@ class LlmClient:
                                   hit.get("completion_tokens", 0), cached=True,
                                   seconds=self._clock() - plan.start, draw=plan.draw,
                                   truncated=bool(hit.get("truncated", False)))
-        elif self._counts["calls"] >= self.config.max_calls:
-            plan.reply = LlmReply("", seconds=self._clock() - plan.start,
-                                  error="LLM call budget spent", draw=plan.draw)
+        elif self._counts["calls"] >= self.config.max_calls or self._over_cost():
+            spent = ("LLM call budget spent" if self._counts["calls"] >= self.config.max_calls
+                     else f"LLM spend cap reached ([llm] max_cost {self.config.max_cost:g})")
+            plan.reply = LlmReply("", seconds=self._clock() - plan.start, error=spent,
+                                  draw=plan.draw)
             plan.spent = True
         else:
             self.check()
@@ -198,6 +200,7 @@ class LlmClient:
         if plan.spent:
             # Not logged: nothing was exchanged, and a loop hitting the cap would flood it.
             return reply
+        self._counts["attempts"] += reply.attempts
         if reply.ok:
             self._answered = True
             self._counts["prompt_tokens"] += reply.prompt_tokens
@@ -274,6 +277,15 @@ class LlmClient:
 
     # -- counters ------------------------------------------------------------------------
 
+    def _cost(self) -> float:
+        """The run's spend so far in the prices' unit (answered tokens; 0 without prices)."""
+        c = self.config
+        return (self._counts["prompt_tokens"] * c.price_in
+                + self._counts["completion_tokens"] * c.price_out) / 1e6
+
+    def _over_cost(self) -> bool:
+        return self.config.max_cost > 0 and self._cost() >= self.config.max_cost
+
     def stats(self) -> dict:
         """Counters for the run (plain JSON); ``cost`` is None unless a price is set.
 
@@ -283,9 +295,7 @@ class LlmClient:
         """
         out = dict(self._counts)
         c = self.config
-        out["cost"] = (round((out["prompt_tokens"] * c.price_in
-                              + out["completion_tokens"] * c.price_out) / 1e6, 6)
-                       if c.price_in > 0 or c.price_out > 0 else None)
+        out["cost"] = round(self._cost(), 6) if c.price_in > 0 or c.price_out > 0 else None
         out["unique"] = len(self._answers)
         out["state"] = {"draws": dict(sorted(self._draws.items())),
                         "answer_digests": sorted(self._answers)}
