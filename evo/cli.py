@@ -13,7 +13,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from evo import commands, exit_codes
+from evo import commands, exit_codes, strategies
 from evo.config import Config
 from evo.strategies import NAMES as STRATEGIES
 from evo.strategies.oracle import KERNELS as ORACLE_KERNELS
@@ -216,8 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "program's Triton kernels), the largest share of its step first; the "
                         "same as --kernel DIR")
     p.add_argument("--strategy", choices=STRATEGIES,
-                   help="evolve, greedy, sweep (each gene alone), oracle (every combination "
-                        "of one gene per group: ~57k genomes a kernel)"
+                   help="; ".join(f"{name}: {strategies.summary(name)}" for name in STRATEGIES)
                    + _config_default("strategy"))
     p.add_argument("--generations", type=int,
                    help="generations per kernel (evolve)" + _config_default("generations"))

@@ -83,7 +83,8 @@ def test_its_options_are_a_checked_table_of_the_config(evo_copy, tmp_path):
     done = _evo(evo_copy, tmp_path, "run", "--config", "bad.toml", "--strategy", "random_walk",
                 "--backend", "static")
     assert done.returncode == 2 and "[random_walk] steps must be in 1..50" in done.stderr, done.stderr
-    assert "random_walk" in _evo(evo_copy, tmp_path, "run", "--help").stdout
+    shown = " ".join(_evo(evo_copy, tmp_path, "run", "--help").stdout.split())
+    assert "random_walk: from the baseline, one random gene added or replaced per step" in shown
 
 
 @needs_ptxas

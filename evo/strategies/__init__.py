@@ -52,6 +52,14 @@ def generations(name: str, config) -> int:
     return count(config) if count is not None else 1
 
 
+def summary(name: str) -> str:
+    """What strategy ``name`` is, in a few words: its docstring's first line, after the
+    name ("Greedy: the classic sequential greedy search." -> "the classic ...")."""
+    doc = (get(name).__doc__ or "").strip()
+    head, _, rest = (doc.splitlines()[0] if doc else name).partition(": ")
+    return (rest or head).rstrip(".")
+
+
 def budget_options(name: str) -> tuple[str, ...]:
     """Strategy ``name``'s options that a resumed run may raise (like [run] generations)."""
     return tuple(getattr(get(name), "BUDGET", ()))
