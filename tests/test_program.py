@@ -6,6 +6,7 @@ any of it (the recording itself: tests/test_program_gpu.py)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +35,9 @@ def test_the_command_is_read_as_python_reads_it(app):
     assert program_argv([app]) == ("path", app, [app])
     assert program_argv(["/venv/bin/python3.12", "-m", "pkg.tool", "x"]) == (
         "module", "pkg.tool", ["pkg.tool", "x"])
+    tool = str(Path(app).with_name("python_tool.py"))  # a script whose name starts "python"
+    Path(tool).write_text("")
+    assert program_argv([tool, "a"]) == ("path", tool, [tool, "a"])
 
 
 @pytest.mark.parametrize("command, says", [

@@ -21,6 +21,7 @@ which is what ``evo run --budget-evals`` splits evaluations by.
 from __future__ import annotations
 
 import os
+import re
 import runpy
 import sys
 import traceback
@@ -38,7 +39,7 @@ def program_argv(command: list[str]) -> tuple[str, str, list[str]]:
     cmd = list(command)
     if cmd[:1] == ["--"]:
         cmd = cmd[1:]
-    if cmd and Path(cmd[0]).name.startswith("python"):  # python, python3, /venv/bin/python3.12
+    if cmd and re.fullmatch(r"python[\d.]*", Path(cmd[0]).name):  # python3, /venv/bin/python3.12
         cmd = cmd[1:]
     if not cmd:
         raise EvoError(f"no program given: {USAGE}")
