@@ -4,7 +4,6 @@ harness of test_search (no ptxas, no GPU)."""
 
 from __future__ import annotations
 
-import json
 import random
 
 from evo.config import Config
@@ -13,7 +12,7 @@ from evo.search import new_checkpoint, search_kernel
 from genomes.genome import Genome, parse_inline
 from evo.learn.priors import gene_key
 from genomes.variation import applicable, gene_alphabet, mutate
-from test_search import fake_measure
+from test_search import fake_measure, run
 
 PRIOR = {"genes": {"vec_ld(width=4)": 0.4, "vec_st(width=4)": 0.1, "maxnreg(n=32)": -0.7,
                    "cache_ld(policy=cs)": 0.001},
@@ -24,24 +23,9 @@ PRIOR = {"genes": {"vec_ld(width=4)": 0.4, "vec_st(width=4)": 0.1, "maxnreg(n=32
 
 
 def search(config: Config, prior=None, checkpoint=None, stop_after=None):
-    """One kernel's search; ``stop_after`` saves simulate an interruption."""
-    checkpoint = checkpoint or new_checkpoint(config)
-    events, saves = [], []
-
-    class Stop(Exception):
-        pass
-
-    def save():
-        saves.append(json.loads(json.dumps(checkpoint)))
-        if stop_after is not None and len(saves) == stop_after:
-            raise Stop
-
-    try:
-        result = search_kernel("k", config, fake_measure("k"), events.extend, checkpoint, save,
-                               prior=prior)
-    except Stop:
-        return None, saves[-1], events
-    return result, checkpoint, events
+    """One kernel's search (tests/test_search.py's loop); ``stop_after`` saves simulate an
+    interruption."""
+    return run(config, checkpoint, stop_after, prior=prior)
 
 
 def cfg(generations=5, pop=5, seed=3, **evolve) -> Config:

@@ -4,15 +4,15 @@ one node, reads the prior, keeps its budget, and resumes exactly."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 
 from evo.config import Config
-from evo.search import KernelSearch, new_checkpoint, search_kernel
+from evo.search import KernelSearch
 from genomes.genome import Genome, parse_inline
 from harness.record import Measurement
+from test_search import run
 
 GENES = [parse_inline(t).genes[0] for t in (
     "vec_ld(width=4)", "vec_ld(width=2)", "vec_st(width=4)", "cache_ld(policy=cg)",
@@ -49,23 +49,9 @@ def same_transforms(genomes):
 
 
 def search(config, checkpoint=None, stop_after=None, prior=None, code_keys=same_transforms):
-    checkpoint = checkpoint or new_checkpoint(config)
-    saves, events = [], []
-
-    class Stop(Exception):
-        pass
-
-    def save():
-        saves.append(json.loads(json.dumps(checkpoint)))
-        if stop_after is not None and len(saves) == stop_after:
-            raise Stop
-
-    try:
-        result = search_kernel("k", config, landscape, events.extend, checkpoint, save,
-                               prior=prior, code_keys=code_keys)
-    except Stop:
-        return None, saves[-1], events
-    return result, checkpoint, events
+    """tests/test_search.py's search loop on the landscape, with its code keys."""
+    return run(config, checkpoint, stop_after, code_keys=code_keys, prior=prior,
+               measure=landscape)
 
 
 def cfg(generations=20, pop=6, max_evals=0, seed=5, **mcgs) -> Config:

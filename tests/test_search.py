@@ -41,8 +41,9 @@ def transforms_only(genomes):
 
 
 def run(config: Config, checkpoint: dict | None = None, stop_after: int | None = None,
-        code_keys=None):
-    """Search one kernel; ``stop_after`` generations simulates an interruption."""
+        code_keys=None, prior: dict | None = None, measure=None):
+    """Search kernel "k" (``measure``: by default ``fake_measure``); ``stop_after``
+    generations simulates an interruption. Returns (result, checkpoint, events)."""
     checkpoint = checkpoint or new_checkpoint(config)
     events: list[dict] = []
     saves = []
@@ -56,8 +57,8 @@ def run(config: Config, checkpoint: dict | None = None, stop_after: int | None =
             raise Stop
 
     try:
-        result = search_kernel("k", config, fake_measure("k"), events.extend, checkpoint, save,
-                               code_keys=code_keys)
+        result = search_kernel("k", config, measure or fake_measure("k"), events.extend,
+                               checkpoint, save, code_keys=code_keys, prior=prior)
     except Stop:
         return None, saves[-1], events
     return result, checkpoint, events
