@@ -33,7 +33,7 @@ from genomes.genome import Genome
 from harness.record import Measurement
 from harness.spec import (BufferParam, KernelSpec, ScalarParam, SpecError, Tolerance, load_spec,
                           read_param, read_ptx, spec_from_table)
-from harness.spec_ptx import check_ptx, ptx_entries
+from harness.spec_ptx import check_ptx, choose_entry, ptx_entries
 from harness.spec_write import param_table, spec_toml
 
 __all__ = ["RunResult", "buffer", "capture", "from_call", "from_triton", "from_triton_call", "kernel", "measure", "run",
@@ -74,12 +74,7 @@ def kernel(ptx: str | Path, *, grid, block, params, entry: str | None = None, sh
     ``folder`` (default ``<tmp>/evo-<uid>/kernels``); the spec's ``spec_path`` names it.
     """
     text = _ptx_text(ptx)
-    entries = ptx_entries(text)
-    if entry is None:
-        if len(entries) != 1:
-            raise SpecError(f"the PTX has {len(entries)} entries ({', '.join(entries) or 'none'}):"
-                            f" name one with entry=")
-        entry = next(iter(entries))
+    entry = choose_entry(ptx_entries(text), entry)
     name = entry if name is None else name
     where = f"kernel {name!r}"
     table = {"name": name, "entry": entry, "grid": _dim3(grid), "block": _dim3(block),

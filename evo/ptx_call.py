@@ -39,17 +39,11 @@ def from_call(ptx, grid, block, *args, entry: str | None = None, name: str | Non
     """The KernelSpec of calling ``entry`` of ``ptx`` (text or a .ptx path) on ``grid`` x
     ``block`` with ``args`` (module docstring). Other keywords go to ``evo.kernel``."""
     from evo import api
-    from harness.spec_ptx import pointer_uses, ptx_entries
+    from harness.spec_ptx import choose_entry, pointer_uses, ptx_entries
 
     text = api._ptx_text(ptx)
     entries = ptx_entries(text)
-    if entry is None:
-        if len(entries) != 1:
-            raise EvoError(f"from_call: the PTX has {len(entries)} entries "
-                           f"({', '.join(entries) or 'none'}): name one with entry=")
-        entry = next(iter(entries))
-    if entry not in entries:
-        raise EvoError(f"from_call: the PTX has no entry {entry!r} ({', '.join(entries)})")
+    entry = choose_entry(entries, entry)
     signature = entries[entry]
     if len(args) != len(signature):
         raise EvoError(f"from_call: {entry} takes {len(signature)} parameters, got "

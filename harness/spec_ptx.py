@@ -44,6 +44,19 @@ def ptx_entries(ptx_text: str) -> dict[str, list[PtxParam]]:
     return entries
 
 
+def choose_entry(entries: dict, entry: str | None, flag: str = "entry=") -> str:
+    """``entry`` if the PTX has it, or, given none, the PTX's only entry; else a SpecError
+    naming the entries and how to choose one (``flag``)."""
+    if entry is None:
+        if len(entries) != 1:
+            raise SpecError(f"the PTX has {len(entries)} entries "
+                            f"({', '.join(entries) or 'none'}): name one with {flag}")
+        return next(iter(entries))
+    if entry not in entries:
+        raise SpecError(f"entry {entry!r} is not in the PTX{_suggest(entry, entries)}")
+    return entry
+
+
 def check_ptx(spec: KernelSpec, ptx_text: str | None = None) -> None:
     """Check that the spec's entry is in its PTX and its params match the signature's sizes.
 
@@ -160,12 +173,7 @@ def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None 
     be omitted; `ptx_name` defaults to "<entry>.ptx".
     """
     entries = ptx_entries(ptx_text)
-    if entry is None:
-        if len(entries) != 1:
-            raise SpecError(f"PTX has {len(entries)} entries ({', '.join(entries) or 'none'}); name one")
-        entry = next(iter(entries))
-    if entry not in entries:
-        raise SpecError(f"entry {entry!r} is not in the PTX{_suggest(entry, entries)}")
+    entry = choose_entry(entries, entry, "--entry")
     from harness.ptx_index import index_guard
 
     try:
