@@ -15,6 +15,7 @@ from pathlib import Path
 
 from evo import commands, exit_codes, strategies
 from evo.config import Config
+from evo.model import check as model_check
 from evo.strategies import NAMES as STRATEGIES
 from evo.strategies.oracle import KERNELS as ORACLE_KERNELS
 from genomes.errors import EvoError
@@ -414,9 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the capture folder (evo capture --out DIR)")
     p.add_argument("--run", type=Path, required=True, metavar="RUN",
                    help="the run that evolved it (evo run --model DIR --out RUN)")
-    p.add_argument("--checks", type=int, default=3, metavar="N",
+    p.add_argument("--checks", type=int, default=model_check.CHECKS, metavar="N",
                    help="launches of each installed kernel run both ways and compared "
-                        "(default 3)")
+                        f"(default {model_check.CHECKS})")
+    p.add_argument("--timed", type=int, default=model_check.TIMED, metavar="N",
+                   help="launches of each installed kernel after those, timed with each code "
+                        "in turn: the GPU time it saves in the program (default "
+                        f"{model_check.TIMED}; 0: none)")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- python app.py [ARGS]",
                    help="the program, as you run it")
     p.set_defaults(func=_verify)

@@ -34,7 +34,7 @@ class Block(torch.nn.Module):
         return x + h * torch.sigmoid(h)
 
 
-block = torch.compile(Block().cuda().to(torch.bfloat16))
+block = torch.compile(Block().cuda().to(torch.bfloat16), mode=sys.argv[2] if len(sys.argv) > 2 else None)
 x = torch.randn(32, 64, 512, device="cuda", dtype=torch.bfloat16)
 with torch.no_grad():
     for _ in range(int(sys.argv[1])):
@@ -89,6 +89,7 @@ def test_a_right_variant_agrees_in_the_program_and_a_wrong_one_is_caught(capture
     out = capsys.readouterr().out
     assert out.count("on 3 launch(es)") == len(m["kernels"]), out
     assert "checksum" in out  # the program ran to its end, with the evolved kernels
+    assert "in the program:" not in out  # 4 launches: all checked, none left to time
     # a wrong variant: the first float add of every kernel made a subtract
     wrong = _run_with(root, m, "wrong", lambda ptx: ptx.replace("add.f32", "sub.f32", 1))
     assert main(["verify", "--model", cap, "--run", wrong, "--", "python", str(app), "4"]) == 1
@@ -112,3 +113,49 @@ def test_an_evo_run_on_the_capture_goes_through_verify(captured, capsys, tmp_pat
         assert status == 0 and not any("DIFFERS" in line for line in evolved), out
     else:  # every baseline stayed best: nothing to check, and it says so
         assert status == 1 and "nothing checked" in err, out + err
+
+
+def test_verify_times_each_kernel_in_the_program_and_sees_a_slower_one(captured, capsys):
+    """After the checked launches, the next ones run each code in turn, timed: a variant
+    that sleeps 20 us before it returns reads slower in the program, by about that."""
+    from evo.cli import main
+
+    root, app, m = captured
+    slow = _run_with(root, m, "slow", lambda ptx: ptx.replace("\tret;", "\tnanosleep.u32 20000;\n\tret;", 1))
+    cap = str(root / "cap")
+    assert main(["verify", "--model", cap, "--run", slow, "--timed", "5", "--",
+                 "python", str(app), "16"]) == 0
+    out = capsys.readouterr().out
+    timed = [line for line in out.splitlines() if "in the program:" in line]
+    assert len(timed) == len(m["kernels"]), out
+    for line in timed:  # "in the program: 12.34 us -> 33.21 us a launch (0.372x; 5 launches ..."
+        own, evolved = (float(x) for x in line.split(":", 1)[1].split("us a launch")[0].split("us ->"))
+        assert evolved > own + 10, line
+        assert "5 launches of each code" in line and "16 launches in this run" in line, line
+    saved = float(out.split("GPU time the evolved kernels saved over this run: ")[1].split(" us")[0])
+    assert saved < 0, out  # it cost time, and says so
+
+
+def test_a_program_under_cuda_graphs_is_counted_per_replay_and_verified(tmp_path, capsys):
+    """torch.compile(mode="reduce-overhead"): kernels launched while a graph is captured
+    count once per replay; verify checks them where they run outside the graph (the
+    warm-up step) and the graph records the evolved code; the program ends normally."""
+    from evo.cli import main
+    from evo.model.capture import read
+    from genomes.genome import apply_genome, parse_inline
+
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    cap = tmp_path / "cap"
+    assert main(["capture", "--out", str(cap), "--", "python", str(app), "7", "reduce-overhead"]) == 0
+    out = capsys.readouterr().out
+    m = read(cap)
+    assert m["source"]["graphed"], out
+    assert all(k["launches"] == 7 for k in m["kernels"]), [(k["name"], k["launches"]) for k in m["kernels"]]
+    right = _run_with(tmp_path, m, "right", lambda ptx: apply_genome(ptx, parse_inline("maxnreg(n=128)")).ptx)
+    assert main(["verify", "--model", str(cap), "--run", right, "--", "python", str(app), "5",
+                 "reduce-overhead"]) == 0
+    out = capsys.readouterr().out
+    assert "checksum" in out and "DIFFERS" not in out, out
+    # each kernel ran once outside the graph (the warm-up step, where it compiled and tuned)
+    assert out.count("on 1 launch(es)") == len(m["kernels"]), out

@@ -30,6 +30,7 @@ import json
 import os
 from pathlib import Path
 
+from evo.model.hook import LaunchHook
 from genomes.errors import EvoError
 
 MANIFEST = "manifest.json"
@@ -154,53 +155,40 @@ def kernel_ptx(autotuner, launcher) -> str:
     raise EvoError(f"capture: no PTX for {name} in {folder} of {', '.join(filter(None, roots))}")
 
 
-class Recorder:
+class Recorder(LaunchHook):
     """While active, every Inductor Triton launch is appended to ``launches`` (a context
     manager: the patch is undone on exit, whatever happens)."""
 
     def __init__(self):
+        super().__init__()
         self.launches: list[Launch] = []
-        self._original = None
 
-    def __enter__(self):
-        from torch._inductor.runtime import triton_heuristics
-
-        self._class = triton_heuristics.CachingAutotuner
-        self._original = original = self._class.run
-        recorder = self
-
-        def run(autotuner, *args, stream, **kwargs):
-            before = recorder._arguments(autotuner, args)  # values as the launch finds them
-            result = original(autotuner, *args, stream=stream, **kwargs)
-            recorder._record(autotuner, args, before)
-            return result
-
-        self._class.run = run
-        return self
-
-    def __exit__(self, *exc):
-        self._class.run = self._original
-        return False
-
-    @staticmethod
-    def _arguments(autotuner, args, ranges: bool = True) -> list[Arg]:
-        """Each argument of the launch; ``ranges``: with the values its tensors hold."""
-        signature = autotuner.triton_meta.get("signature", {})
-        out = []
-        for name, value in passed(autotuner, args).items():
-            type_ = signature.get(name, "")
-            if type_ == "constexpr":  # a size of 1 compiled in: passed, not a PTX parameter
-                continue
-            out.append(_arg(name, str(type_), value, ranges))
-        return out
-
-    def _record(self, autotuner, args, before: list[Arg]) -> None:
+    def launch(self, autotuner, args, stream, run):
+        before = arguments_of(autotuner, args)  # values as the launch finds them
+        result = run()
         self.launches.append(launch_of(autotuner, args, before))
+        return result
+
+
+def arguments_of(autotuner, args, ranges: bool = True) -> list[Arg]:
+    """Each argument of the launch; ``ranges``: with the values its tensors hold (not while
+    a CUDA graph is being captured: reading a tensor synchronises, which capture forbids)."""
+    import torch
+
+    ranges = ranges and not torch.cuda.is_current_stream_capturing()
+    signature = autotuner.triton_meta.get("signature", {})
+    out = []
+    for name, value in passed(autotuner, args).items():
+        type_ = signature.get(name, "")
+        if type_ == "constexpr":  # a size of 1 compiled in: passed, not a PTX parameter
+            continue
+        out.append(_arg(name, str(type_), value, ranges))
+    return out
 
 
 def launch_of(autotuner, args, before: list[Arg]) -> Launch:
     """The Launch that ``autotuner`` (tuned: one launcher) just made with ``args``, whose
-    arguments were ``before`` (``Recorder._arguments``) as the launch found them."""
+    arguments were ``before`` (``arguments_of``) as the launch found them."""
     (launcher,) = autotuner.launchers
     _, grid = autotuner._interpret_args_grid(args, launcher.config)
     grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))

@@ -16,47 +16,95 @@ from __future__ import annotations
 
 import sys
 
+from evo.model.hook import LaunchHook, mean_us, timing_events
 from genomes.errors import EvoError
 
 CHECKS = 3  # launches of each installed kernel checked against the program's own code
+TIMED = 10  # launches of each installed kernel timed per code after its checked ones
 
 
-class ProgramCheck:
+class ProgramCheck(LaunchHook):
     """While active, installed kernels run evolved code, their first launches checked."""
 
-    def __init__(self, choices, specs: dict, checks: int = CHECKS):
+    def __init__(self, choices, specs: dict, checks: int = CHECKS, timed: int = TIMED):
         from evo.model.install import Installed
 
-        self.finder = Installed(choices)  # finds launchers; its own wrapper is never entered
+        super().__init__()
+        self.finder = Installed(choices)  # finds launchers; never hooked itself
+        self.names = {kernel for kernel, _ in self.finder.choices}
         self.specs = specs  # Inductor kernel name -> KernelSpec (tolerances)
-        self.checks = checks
+        self.checks, self.timed = checks, timed
+        self.launched: dict[str, int] = {}  # kernel name -> launches with an installed code
+        # kernel name -> {"own": [(start, end)], "evolved": [...]}: launches after the
+        # checked ones, the two codes in turn
+        self.timings: dict[str, dict[str, list]] = {}
         self.entries: dict[int, tuple | None] = {}  # id(launcher) -> finder entry or None
         # Inductor kernel name -> one verdict per checked launch (a name with two codes,
         # a forward and a backward graph's, shares one list and one spec's tolerance)
         self.results: dict[str, list[dict]] = {}
-        self._class = self._original = None
 
-    def __enter__(self):
-        from torch._inductor.runtime import triton_heuristics
+    def launch(self, autotuner, args, stream, run):
+        import torch
 
-        self._class = triton_heuristics.CachingAutotuner
-        self._original = original = self._class.run
-        check = self
+        capturing = torch.cuda.is_current_stream_capturing()
+        if len(autotuner.launchers) != 1 and autotuner.fn.__name__ in self.names:
+            return self._first(autotuner, args, run, capturing)
+        entry = self._entry(autotuner, args)
+        if entry is None:
+            return run()
+        self._count(entry)
+        if capturing:  # the graph records the evolved code; its replays run it
+            return run()
+        if len(self.results.get(entry[4], ())) < self.checks:
+            return self._twice(run, entry, autotuner, args)
+        return self._timed(run, entry, stream)
 
-        def run(autotuner, *args, stream, **kwargs):
-            entry = check._entry(autotuner, args)
-            if entry is None or len(check.results.get(entry[4], ())) >= check.checks:
-                result = original(autotuner, *args, stream=stream, **kwargs)
-                if len(autotuner.launchers) == 1 and id(autotuner.launchers[0]) not in check.entries:
-                    check._entry(autotuner, args)  # tuned now: swapped from the next launch
-                return result
-            return check._twice(original, entry, autotuner, args, stream, kwargs)
+    def _first(self, autotuner, args, run, capturing):
+        """A kernel's first launch compiles and tunes, with the program's own code, and
+        only then is its launcher known: what the launch writes is kept before it, and
+        the evolved code checked against its result after (not while a graph is captured)."""
+        before = None if capturing else {n: t.clone() for n, t in _written(autotuner, args).items()}
+        result = run()
+        entry = self._entry(autotuner, args)  # the evolved code is in from here
+        if entry is None:
+            return result
+        self._count(entry)
+        if before is None or len(self.results.get(entry[4], ())) >= self.checks:
+            return result
+        return self._twice(run, entry, autotuner, args, before)
 
-        self._class.run = run
-        return self
+    def _count(self, entry) -> None:
+        self.launched[entry[4]] = self.launched.get(entry[4], 0) + 1
+
+    def _timed(self, run, entry, stream):
+        """One launch timed with the program's own code or the evolved code, in turn, up
+        to ``timed`` each; the evolved code stays in for the launches after."""
+        holder, key, old, new, name = entry
+        times = self.timings.setdefault(name, {"own": [], "evolved": []})
+        code = "own" if len(times["own"]) <= len(times["evolved"]) else "evolved"
+        events = timing_events(stream) if len(times[code]) < self.timed else None
+        if events is None:
+            return run()
+        _set(holder, key, old if code == "own" else new)
+        events[0].record(events[2])
+        result = run()
+        events[1].record(events[2])
+        _set(holder, key, new)
+        times[code].append(events[:2])
+        return result
+
+    def times_us(self) -> dict[str, dict]:
+        """Per kernel name: mean µs of each code in the program, the launches timed."""
+        out = {}
+        for name, times in self.timings.items():
+            n = min(len(times["own"]), len(times["evolved"]))
+            if n:
+                out[name] = {"own_us": mean_us(times["own"][:n]),
+                             "evolved_us": mean_us(times["evolved"][:n]), "timed": n}
+        return out
 
     def __exit__(self, *exc):
-        self._class.run = self._original
+        self.unhook()
         for holder, key, old, _, _ in filter(None, self.entries.values()):
             _set(holder, key, old)
         return False
@@ -78,22 +126,21 @@ class ProgramCheck:
                 _set(entry[0], entry[1], entry[3])
         return self.entries[id(launcher)]
 
-    def _twice(self, original, entry, autotuner, args, stream, kwargs):
+    def _twice(self, run, entry, autotuner, args, before=None):
         """The launch with the program's code, then with the evolved code on the same
-        inputs; the verdict recorded; the evolved code's result kept."""
-        from evo.model.capture import passed, role_of
-
+        inputs; the verdict recorded; the evolved code's result kept. ``before``: the
+        program's code has run already, on written tensors that held these."""
         holder, key, old, new, name = entry
-        written = {n: v for n, v in passed(autotuner, args).items()
-                   if hasattr(v, "clone") and role_of(n) in ("out", "inout")}
-        before = {n: t.clone() for n, t in written.items()}
-        _set(holder, key, old)
-        original(autotuner, *args, stream=stream, **kwargs)
+        written = _written(autotuner, args)
+        if before is None:
+            before = {n: t.clone() for n, t in written.items()}
+            _set(holder, key, old)
+            run()
         want = {n: t.clone() for n, t in written.items()}
         for n, t in written.items():
             t.copy_(before[n])
         _set(holder, key, new)
-        result = original(autotuner, *args, stream=stream, **kwargs)
+        result = run()
         self.results.setdefault(name, []).append(self._compare(name, want, written))
         return result
 
@@ -125,15 +172,25 @@ class ProgramCheck:
         return verdict
 
 
+def _written(autotuner, args) -> dict:
+    """The tensors a launch writes, by argument name."""
+    from evo.model.capture import passed, role_of
+
+    return {n: v for n, v in passed(autotuner, args).items()
+            if hasattr(v, "clone") and role_of(n) in ("out", "inout")}
+
+
 def _set(holder, key: str, value) -> None:
     from evo.model.install import _set as set_function
 
     set_function(holder, key, value)
 
 
-def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECKS) -> dict:
-    """Run the program with the run's best kernels checked in (module docstring); returns
-    {"status", "kernels": {name: summary}, "not_installed": {name: why}}."""
+def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECKS,
+                   timed: int = TIMED) -> dict:
+    """Run the program with the run's best kernels checked in and timed (module
+    docstring); returns {"status", "kernels": {name: summary}, "not_installed": {name:
+    why}, "triton_gpu_us": the capture's}."""
     from evo.model.capture import read
     from evo.model.install import plan
     from evo.model.program import need_torch, program_argv, run_program
@@ -147,29 +204,33 @@ def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECK
     not_installed = {c.name: c.reason for c in choices if c.cubin is None}
     if not chosen:
         return {"status": None, "kernels": {}, "not_installed": not_installed}
-    with ProgramCheck(choices, specs, checks) as check:
+    with ProgramCheck(choices, specs, checks, timed) as check:
         status = run_program(command)
+    times = check.times_us()
     kernels = {}
     for c in chosen:
         runs = check.results.get(c.kernel, [])
-        kernels[c.name] = {
+        kernels[c.name] = times.get(c.kernel, {}) | {
+            "launched": check.launched.get(c.kernel, 0),
             "genome": c.genome, "checked": len(runs),
             "agree": all(r["agree"] for r in runs) if runs else None,
             "bitwise": all(r["bitwise"] for r in runs) if runs else None,
             "max_abs_err": max((r["max_abs_err"] for r in runs), default=0.0),
             "worst": next((r["worst"] for r in runs if not r["agree"]), ""),
             "refused": check.finder.refused.get(c.kernel, "")}
-    return {"status": status, "kernels": kernels, "not_installed": not_installed}
+    return {"status": status, "kernels": kernels, "not_installed": not_installed,
+            "triton_gpu_us": manifest.get("triton_gpu_us")}
 
 
 def cmd_verify(args) -> int:
     """``evo verify``: 0 when every installed kernel was launched and agreed, 1 when one
     differed or none could be checked, else the program's own failing status."""
     check_args(args)
-    verdict = verify_program(args.program, args.model, args.run, args.checks)
+    verdict = verify_program(args.program, args.model, args.run, args.checks, args.timed)
     print(f"evo verify: {args.run}'s best kernels in the program, checked against its own "
           f"on its own data (first {args.checks} launches of each)")
     differ = unchecked = 0
+    saved = 0.0
     for name, k in verdict["kernels"].items():
         if k["refused"]:
             unchecked += 1
@@ -180,11 +241,22 @@ def cmd_verify(args) -> int:
         elif k["agree"]:
             how = "bitwise equal" if k["bitwise"] else f"agree (max abs error {k['max_abs_err']:.3g})"
             print(f"  {name}: {how} on {k['checked']} launch(es)  [{k['genome']}]")
+            if k.get("timed"):
+                saved += (k["own_us"] - k["evolved_us"]) * k["launched"]
+                print(f"    in the program: {k['own_us']:.2f} us -> {k['evolved_us']:.2f} us a "
+                      f"launch ({k['own_us'] / k['evolved_us']:.3f}x; {k['timed']} launches of "
+                      f"each code, in turn), {k['launched']} launches in this run")
         else:
             differ += 1
             print(f"  {name}: DIFFERS on the program's data: {k['worst']}  [{k['genome']}]")
     for name, why in verdict["not_installed"].items():
         print(f"  {name}: not installed: {why}")
+    if any(k.get("timed") for k in verdict["kernels"].values()):
+        total = verdict.get("triton_gpu_us")
+        print(f"GPU time the evolved kernels saved over this run: {saved:.1f} us"
+              + (f" (the capture's Triton kernels took {total:.1f} us)" if total else "")
+              + "; each kernel timed on its launches in the program (CUDA events), not the "
+                "program's own step time")
     status = verdict["status"]
     if status is None:
         print("evo verify: no kernel of the run to install: nothing checked", file=sys.stderr)
@@ -203,6 +275,9 @@ def check_args(args) -> None:
     """Usage errors of ``evo verify`` before the program runs."""
     from pathlib import Path
 
+    for flag in ("checks", "timed"):
+        if getattr(args, flag) < 0:
+            raise EvoError(f"--{flag} is a count of launches: 0 or more, got {getattr(args, flag)}")
     if not Path(args.run, "checkpoint.json").is_file():
         raise EvoError(f"{args.run} is not a run folder (no checkpoint.json): the --run of "
                        f"evo run --model {args.model}")

@@ -27,6 +27,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from evo.model.hook import LaunchHook
 from genomes.errors import EvoError
 
 
@@ -51,9 +52,8 @@ def _sha(text: str) -> str:
 def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
     """One Choice per kernel of the capture (module docstring)."""
     from evo.model.capture import read
-    from harness.compile import compile_ptx
-
     from genomes.genome import Genome
+    from harness.compile import compile_ptx
 
     manifest, run = read(capture_dir), Path(run_dir)
     try:
@@ -98,10 +98,11 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
     return choices
 
 
-class Installed:
+class Installed(LaunchHook):
     """Evolved kernels in the running program while enabled (module docstring)."""
 
     def __init__(self, choices: list[Choice]):
+        super().__init__()
         self.choices = {(c.kernel, c.ptx_sha): c for c in choices if c.cubin is not None}
         self.enabled = True
         self.swapped: dict[str, bool] = {}  # Inductor kernel name -> runs evolved code now
@@ -109,22 +110,11 @@ class Installed:
         self._seen: set[int] = set()  # id() of every launcher looked at
         self._entries: list[tuple] = []  # (holder, key, old function, new function, name)
         self._modules = []  # keeps the loaded modules alive
-        self._class = None
 
-    def __enter__(self):
-        from torch._inductor.runtime import triton_heuristics
-
-        self._class = triton_heuristics.CachingAutotuner
-        self._original = original = self._class.run
-        installed = self
-
-        def run(autotuner, *args, stream, **kwargs):
-            result = original(autotuner, *args, stream=stream, **kwargs)  # compiles, tunes
-            installed._look(autotuner, args)  # swapped from the next launch on
-            return result
-
-        self._class.run = run
-        return self
+    def launch(self, autotuner, args, stream, run):
+        result = run()  # compiles and tunes where it is the first
+        self._look(autotuner, args)  # swapped from the next launch on
+        return result
 
     def __exit__(self, *exc):
         self.stop_looking()
@@ -134,9 +124,7 @@ class Installed:
     def stop_looking(self) -> None:
         """Unwrap Inductor's launch: no cost per launch from here on (kernels not found
         by now stay as they are). Done by itself once every chosen kernel is found."""
-        if self._class is not None:
-            self._class.run = self._original
-            self._class = None
+        self.unhook()
 
     def enable(self) -> None:
         """Every found kernel runs its evolved code."""

@@ -12,8 +12,11 @@ What a whole program costs to watch, and how it is kept small (``ProgramRecorder
 - the GPU time of a kernel is the mean of up to ``TIMED`` launches timed with CUDA
   events on the launch's stream (no synchronisation until the program ends), times its
   count; the first launch of each kernel is not timed (it compiles and autotunes);
-- launches recorded while a CUDA graph is being captured are counted once and not timed
-  (their replays bypass Inductor's launcher): the manifest lists them under ``graphed``.
+- a launch recorded while a CUDA graph is being captured (``torch.compile(mode=
+  "reduce-overhead")``, ``torch.cuda.graph``) runs on each replay of that graph, which
+  bypasses Inductor's launcher: it counts once per replay (``hook.GraphWatch``), is
+  timed only where the same kernel also ran outside the graph, and the manifest lists
+  it under ``graphed``.
 Shares are of the Triton kernels' GPU time (the program's other GPU work is not timed),
 which is what ``evo run --budget-evals`` splits evaluations by.
 """
@@ -27,6 +30,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from evo.model.hook import GraphWatch, LaunchHook, mean_us, timing_events
 from genomes.errors import EvoError, RuntimeFailure
 
 TIMED = 20  # launches timed per kernel and arguments; the rest count at their mean
@@ -107,92 +111,77 @@ def _launch_key(autotuner, args) -> tuple:
     return (id(autotuner), autotuner.fn.__name__, tuple(parts))
 
 
-class ProgramRecorder:
+class ProgramRecorder(LaunchHook):
     """While active, Inductor's launches are recorded as the module docstring says."""
 
     def __init__(self, timed: int = TIMED):
+        super().__init__()
         self.timed = timed
         self.first: dict[tuple, object] = {}  # key -> capture.Launch, the first launch in full
-        self.counts: dict[tuple, int] = {}
+        self.counts: dict[tuple, int] = {}  # key -> launches run (graph replays included)
         self.timings: dict[tuple, list] = {}  # key -> [(start event, end event)]
         self.graphed: set[str] = set()
         self._launched: set[int] = set()  # id() of autotuners past their first launch
-        self._class = self._original = None
+        self._in_graph: dict[int, dict[tuple, int]] = {}  # id(graph) -> key -> launches in it
+        self._graphs = GraphWatch(self._replayed)
 
     def __enter__(self):
-        from torch._inductor.runtime import triton_heuristics
-
-        self._class = triton_heuristics.CachingAutotuner
-        self._original = original = self._class.run
-        recorder = self
-
-        def run(autotuner, *args, stream, **kwargs):
-            key = _launch_key(autotuner, args)
-            events = recorder._events(autotuner, key, stream)
-            before = recorder._arguments(autotuner, args) if key not in recorder.first else None
-            if events:
-                events[0].record(events[2])
-            result = original(autotuner, *args, stream=stream, **kwargs)
-            if events:
-                events[1].record(events[2])
-                recorder.timings.setdefault(key, []).append(events[:2])
-            if before is not None:
-                from evo.model.capture import launch_of
-
-                recorder.first[key] = launch_of(autotuner, args, before)
-            recorder.counts[key] = recorder.counts.get(key, 0) + 1
-            recorder._launched.add(id(autotuner))
-            return result
-
-        self._class.run = run
-        return self
+        self._graphs.__enter__()
+        return super().__enter__()
 
     def __exit__(self, *exc):
-        self._class.run = self._original
-        return False
+        super().__exit__(*exc)
+        return self._graphs.__exit__(*exc)
 
-    def _arguments(self, autotuner, args) -> list:
-        """The arguments in full; without value ranges while a CUDA graph is captured
-        (reading a tensor would synchronise, which capture forbids)."""
-        import torch
+    def launch(self, autotuner, args, stream, run):
+        from evo.model.capture import arguments_of, launch_of
 
-        from evo.model.capture import Recorder
-
-        capturing = torch.cuda.is_current_stream_capturing()
-        if capturing:
+        key = _launch_key(autotuner, args)
+        graph = self._graphs.capturing
+        events = self._events(autotuner, key, stream, graph)
+        before = arguments_of(autotuner, args) if key not in self.first else None
+        if events:
+            events[0].record(events[2])
+        result = run()
+        if events:
+            events[1].record(events[2])
+            self.timings.setdefault(key, []).append(events[:2])
+        if before is not None:
+            self.first[key] = launch_of(autotuner, args, before)
+        if graph is not None:  # recorded, not run: it runs on each replay
             self.graphed.add(autotuner.fn.__name__)
-        return Recorder._arguments(autotuner, args, ranges=not capturing)
+            in_graph = self._in_graph.setdefault(id(graph), {})
+            in_graph[key] = in_graph.get(key, 0) + 1
+        else:
+            self.counts[key] = self.counts.get(key, 0) + 1
+        self._launched.add(id(autotuner))
+        return result
 
-    def _events(self, autotuner, key: tuple, stream):
+    def _replayed(self, graph) -> None:
+        for key, n in self._in_graph.get(id(graph), {}).items():
+            self.counts[key] = self.counts.get(key, 0) + n
+
+    def _events(self, autotuner, key: tuple, stream, graph):
         """(start, end, stream) to time this launch with, or None: a kernel's first launch
         (it compiles and tunes), a graph being captured, or enough timed already."""
-        import torch
-
-        if id(autotuner) not in self._launched or len(self.timings.get(key, ())) >= self.timed:
+        if (graph is not None or id(autotuner) not in self._launched
+                or len(self.timings.get(key, ())) >= self.timed):
             return None
-        if torch.cuda.is_current_stream_capturing():
-            self.graphed.add(autotuner.fn.__name__)
-            return None
-        on = torch.cuda.current_stream()
-        if on.cuda_stream != stream:
-            on = torch.cuda.ExternalStream(stream)
-        return (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), on)
+        return timing_events(stream)
 
     def kernel_times(self) -> dict[str, float]:
         """µs of GPU time per kernel name over the program: each key's timed mean times
         its count (keys never timed add nothing)."""
-        import torch
-
-        torch.cuda.synchronize()
         times: dict[str, float] = {}
         for key, pairs in self.timings.items():
-            mean_us = 1e3 * sum(s.elapsed_time(e) for s, e in pairs) / len(pairs)
-            times[key[1]] = times.get(key[1], 0.0) + mean_us * self.counts[key]
+            times[key[1]] = times.get(key[1], 0.0) + mean_us(pairs) * self.counts.get(key, 0)
         return times
 
     def launches(self) -> list:
-        """Every launch, as ``capture.write`` counts them (the first one's record, repeated)."""
-        return [launch for key, launch in self.first.items() for _ in range(self.counts[key])]
+        """Every launch, as ``capture.write`` counts them (the first one's record, repeated;
+        a launch recorded into a CUDA graph that was never replayed counts once)."""
+        return [launch for key, launch in self.first.items()
+                for _ in range(max(1, self.counts.get(key, 0)))]
 
 
 def capture_program(command: list[str], out, timed: int = TIMED) -> tuple[dict | None, int]:
@@ -234,8 +223,8 @@ def cmd_capture(args) -> int:
     for s in skipped:
         print(f"  skipped {s['kernel']}: {s['reason']}")
     if manifest["source"].get("graphed"):
-        print("  launched inside CUDA graphs (replays not counted): "
-              + ", ".join(manifest["source"]["graphed"]))
+        print("  launched inside CUDA graphs (counted per replay; timed only where they "
+              "also ran outside one): " + ", ".join(manifest["source"]["graphed"]))
     if status:
         print(f"evo capture: the program exited with status {status}; what it launched "
               "before is captured", file=sys.stderr)
