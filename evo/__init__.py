@@ -2,7 +2,7 @@
 
 The Python API (``evo.api``) is exported here, loaded on first use: ``evo.kernel``,
 ``evo.buffer``, ``evo.scalar``, ``evo.from_triton``, ``evo.from_triton_call``, ``evo.from_call``,
-``evo.capture``, ``evo.measure``, ``evo.RunResult`` and
+``evo.capture``, ``evo.install``, ``evo.measure``, ``evo.RunResult`` and
 ``evo.evolve`` (``evo.api.run``: the name ``evo.run`` is the module behind ``evo run``)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 DIST = "evo-ptx"
 # name here -> name in evo.api; not imported with the package, so that `import evo` stays cheap
 _API = {"kernel": "kernel", "buffer": "buffer", "scalar": "scalar", "from_triton": "from_triton",
-        "from_triton_call": "from_triton_call", "from_call": "from_call", "capture": "capture", "measure": "measure", "evolve": "run", "RunResult": "RunResult"}
+        "from_triton_call": "from_triton_call", "from_call": "from_call", "capture": "capture", "install": "install", "measure": "measure", "evolve": "run", "RunResult": "RunResult"}
 
 
 @functools.cache

@@ -167,6 +167,14 @@ def capture(fn, *inputs, out, warmup: int = 1, profile: bool = True) -> dict:
     return run_capture(fn, *inputs, out=out, warmup=warmup, profile=profile)
 
 
+def install(model, run):
+    """The run's evolved kernels in this process's ``torch.compile``d program from now on:
+    ``evo.model.install.install``."""
+    from evo.model.install import install as put_in
+
+    return put_in(model, run)
+
+
 def measure(spec_or_name, genome=None, *, backend: str = "auto", store: str | Path | None = None,
             seed: int = 0, gpu: int = 0, device: str | None = None) -> Measurement:
     """One genome (inline text like ``"vec_ld(width=4)"``, a JSON file, a Genome, or None for

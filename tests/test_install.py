@@ -11,6 +11,7 @@ import pytest
 from evo.model import capture
 from evo.model.install import plan
 from evo.model.verify import report
+from genomes.errors import EvoError
 from genomes.genome import apply_genome, parse_inline
 
 from conftest import needs_ptxas
@@ -31,6 +32,9 @@ def _best(run: Path, spec, genome: str, grid=None) -> None:
 def test_the_plan_installs_what_changed_the_code_and_says_why_not_for_the_rest(tmp_path):
     kernels = capture.read(DECODER)["kernels"]
     specs = [k["kernel_spec"] for k in kernels]
+    with pytest.raises(EvoError, match="is not a run folder"):
+        plan(DECODER, tmp_path)
+    (tmp_path / "checkpoint.json").write_text(json.dumps({"kernels": {}}))
     _best(tmp_path, specs[0], "maxnreg(n=32)")
     _best(tmp_path, specs[1], "")  # the baseline stayed best
     _best(tmp_path, specs[2], "maxnreg(n=32)", grid=[64, 1, 1])  # as coarsen would

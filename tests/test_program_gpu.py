@@ -115,13 +115,26 @@ def test_an_evo_run_on_the_capture_goes_through_verify(captured, capsys, tmp_pat
         assert status == 1 and "nothing checked" in err, out + err
 
 
+SPIN = """\t{
+\t.reg .u64 %evo_t<3>;
+\t.reg .pred %evo_p;
+\tmov.u64 %evo_t0, %clock64;
+EVO_SPIN:
+\tmov.u64 %evo_t1, %clock64;
+\tsub.u64 %evo_t2, %evo_t1, %evo_t0;
+\tsetp.lt.u64 %evo_p, %evo_t2, 40000;
+\t@%evo_p bra EVO_SPIN;
+\t}
+"""
+
+
 def test_verify_times_each_kernel_in_the_program_and_sees_a_slower_one(captured, capsys):
     """After the checked launches, the next ones run each code in turn, timed: a variant
-    that sleeps 20 us before it returns reads slower in the program, by about that."""
+    that spins 40,000 cycles (~20 us) before it returns reads slower in the program."""
     from evo.cli import main
 
     root, app, m = captured
-    slow = _run_with(root, m, "slow", lambda ptx: ptx.replace("\tret;", "\tnanosleep.u32 20000;\n\tret;", 1))
+    slow = _run_with(root, m, "slow", lambda ptx: ptx.replace("\tret;", SPIN + "\tret;", 1))
     cap = str(root / "cap")
     assert main(["verify", "--model", cap, "--run", slow, "--timed", "5", "--",
                  "python", str(app), "16"]) == 0
@@ -159,3 +172,40 @@ def test_a_program_under_cuda_graphs_is_counted_per_replay_and_verified(tmp_path
     assert "checksum" in out and "DIFFERS" not in out, out
     # each kernel ran once outside the graph (the warm-up step, where it compiled and tuned)
     assert out.count("on 1 launch(es)") == len(m["kernels"]), out
+
+INSTALLING = """
+import sys
+import evo
+
+installed = evo.install(model=sys.argv[1], run=sys.argv[2])
+sys.argv[1:] = sys.argv[3:]
+""" + APP + """
+print(installed.describe())
+installed.remove()
+"""
+
+
+def test_a_program_that_calls_evo_install_runs_the_evolved_kernels(captured, capsys):
+    """``evo.install`` in the user's own program: a right variant leaves its output bit
+    for bit, a wrong one changes it (so the evolved code is what ran), and it says so."""
+    from evo.model.program import run_program
+    from genomes.genome import apply_genome, parse_inline
+
+    root, app, m = captured
+    installing = root / "installing.py"
+    installing.write_text(INSTALLING)
+
+    def checksum(*argv) -> tuple[str, str]:
+        assert run_program(["python", *map(str, argv)]) == 0
+        out = capsys.readouterr().out
+        return out.split("checksum ")[1].split()[0], out
+
+    own, _ = checksum(app, 2)
+    cap = root / "cap"
+    right = _run_with(root, m, "installed_right",
+                      lambda ptx: apply_genome(ptx, parse_inline("maxnreg(n=128)")).ptx)
+    same, out = checksum(installing, cap, right, 2)
+    assert same == own and out.count(": evolved code") == len(m["kernels"]), out
+    wrong = _run_with(root, m, "installed_wrong", lambda ptx: ptx.replace("add.f32", "sub.f32", 1))
+    changed, out = checksum(installing, cap, wrong, 2)
+    assert changed != own, out

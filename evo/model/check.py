@@ -272,12 +272,7 @@ def cmd_verify(args) -> int:
 
 
 def check_args(args) -> None:
-    """Usage errors of ``evo verify`` before the program runs."""
-    from pathlib import Path
-
+    """Usage errors of ``evo verify`` before the program runs (the folders: ``plan``)."""
     for flag in ("checks", "timed"):
         if getattr(args, flag) < 0:
             raise EvoError(f"--{flag} is a count of launches: 0 or more, got {getattr(args, flag)}")
-    if not Path(args.run, "checkpoint.json").is_file():
-        raise EvoError(f"{args.run} is not a run folder (no checkpoint.json): the --run of "
-                       f"evo run --model {args.model}")

@@ -45,6 +45,8 @@ class LaunchHook:
         return run()
 
     def hook(self) -> None:
+        if self.hooked:
+            return
         cls = self._target or _inductor_launch_class()
         original, hook = cls.run, self
 

@@ -55,7 +55,11 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
     from genomes.genome import Genome
     from harness.compile import compile_ptx
 
-    manifest, run = read(capture_dir), Path(run_dir)
+    run = Path(run_dir)
+    if not (run / "checkpoint.json").is_file():
+        raise EvoError(f"{run} is not a run folder (no checkpoint.json): the --out of "
+                       f"evo run --model {capture_dir}")
+    manifest = read(capture_dir)
     try:
         known = json.loads((run / "checkpoint.json").read_text())["kernels"]
     except (OSError, ValueError, KeyError):
@@ -98,11 +102,28 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
     return choices
 
 
+def install(model, run) -> "Installed":
+    """``evo.install(model="cap", run="runs/cap")``: from now on, in this process, each
+    kernel of the capture folder ``model`` that the run folder ``run`` made faster runs
+    its evolved code when the ``torch.compile``d program launches it with the captured
+    sizes (``plan`` says which; ``Installed`` how). Returns the ``Installed``:
+    ``describe()`` says per kernel what runs, ``remove()`` takes them out (``with
+    evo.install(...):`` at the end of the block)."""
+    from evo.model.program import need_torch
+
+    choices = plan(model, run)  # a wrong folder fails before torch is imported
+    need_torch("evo.install")
+    installed = Installed(choices)
+    installed.hook()
+    return installed
+
+
 class Installed(LaunchHook):
     """Evolved kernels in the running program while enabled (module docstring)."""
 
     def __init__(self, choices: list[Choice]):
         super().__init__()
+        self.plan = choices
         self.choices = {(c.kernel, c.ptx_sha): c for c in choices if c.cubin is not None}
         self.enabled = True
         self.swapped: dict[str, bool] = {}  # Inductor kernel name -> runs evolved code now
@@ -117,14 +138,34 @@ class Installed(LaunchHook):
         return result
 
     def __exit__(self, *exc):
+        self.remove()
+        return False
+
+    def remove(self) -> None:
+        """Every kernel runs its own code again, and launches are Inductor's own."""
         self.stop_looking()
         self.disable()
-        return False
 
     def stop_looking(self) -> None:
         """Unwrap Inductor's launch: no cost per launch from here on (kernels not found
         by now stay as they are). Done by itself once every chosen kernel is found."""
         self.unhook()
+
+    def describe(self) -> str:
+        """A line per planned kernel: running its evolved code, or why not (yet)."""
+        lines = []
+        for c in self.plan:
+            if c.cubin is None:
+                lines.append(f"{c.name}: its own code ({c.reason})")
+            elif self.swapped.get(c.kernel):
+                lines.append(f"{c.name}: evolved code  [{c.genome}]")
+            elif c.kernel in self.refused:
+                lines.append(f"{c.name}: its own code (could not swap: {self.refused[c.kernel]})")
+            elif self.swapped.get(c.kernel) is False:
+                lines.append(f"{c.name}: its own code (switched off)")
+            else:
+                lines.append(f"{c.name}: not launched with its captured sizes yet")
+        return "\n".join(lines)
 
     def enable(self) -> None:
         """Every found kernel runs its evolved code."""
