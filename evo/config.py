@@ -48,6 +48,11 @@ class RunConfig:
     device: str = _opt("", doc="device name for the replay backend ('' = the only one)")
     confirm: bool = _opt(True, doc="after each kernel, measure its baseline and best again, "
                                    "back to back, past the store (gpu backend)")
+    exact_slack: float = _opt(0.01, lo=-1.0, hi=1.0,
+                              doc="keep a variant whose outputs equal the baseline's bit for "
+                                  "bit over a faster one that rounds differently (fast-math "
+                                  "genes) when it is at most this much slower: 0.01 = 1 %; "
+                                  "-1 = never (gpu backend; evo.exact)")
     jobs: int = _opt(0, lo=0, hi=256, doc="kernels searched at once (each in its own thread; "
                                           "results do not depend on it); 0 = four per GPU or "
                                           "cluster worker (one with the LLM on)")

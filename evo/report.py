@@ -25,12 +25,18 @@ def results_from_checkpoint(run: RunDir, strategy_name: str) -> list[KernelResul
     for kernel, data in checkpoint["kernels"].items():
         genome_json, _ = strategy.best(data["state"])
         key = Genome.from_json(genome_json).effective().dumps()
+        best = data["known"].get(key)
+        exact = data.get("exact")
+        if exact and exact["from"] == key and exact["kept"] != key:  # evo.exact's choice
+            key, best = exact["kept"], exact["kept_result"]
+            genome_json = json.loads(key)
         finalist = data.get("finalist")
         if finalist and finalist["kept"] != key:  # the search's best failed the finalist check
             key = finalist["kept"]
             genome_json = json.loads(key)
+            best = data["known"].get(key)
         out.append(KernelResult(kernel, data["known"].get(Genome().dumps()), genome_json,
-                                data["known"].get(key), data["evals"],
+                                best, data["evals"],
                                 data["state"].get("generation", 0), data.get("confirmed")))
     return out
 
@@ -159,7 +165,28 @@ def finalist_lines(checkpoint: dict) -> list[str]:
 
 
 SEARCH_PARTS = (kernel_run.PTXAS, kernel_run.GPU)  # within "search": not added to the total
-TIME_STEPS = ("search", *SEARCH_PARTS, "finalist check", "reduce", "measured again", "peer")
+TIME_STEPS = ("search", *SEARCH_PARTS, "exact", "finalist check", "reduce", "measured again", "peer")
+
+
+def exact_lines(checkpoint: dict) -> list[str]:
+    """Where a best genome rounds differently from the baseline, what ``evo.exact`` kept."""
+    lines = []
+    for kernel, data in checkpoint.get("kernels", {}).items():
+        e = data.get("exact")
+        if not e:
+            continue
+        best = Genome.from_json(json.loads(e["from"]))
+        if e["kept"] != e["from"]:
+            lines.append(f"- {kernel}: kept {Genome.from_json(json.loads(e['kept']))}: {e['reason']}")
+        else:
+            err = data["known"].get(e["from"], {}).get("max_rel_err")
+            lines.append(f"- {kernel}: the best, {best}, rounds differently from the baseline "
+                         f"(largest relative error {err:.3g}), kept: {e['reason']}"
+                         if err else f"- {kernel}: kept {best}: {e['reason']}")
+    if lines:
+        lines.insert(0, "Outputs against the baseline's (a variant with the same bits is kept "
+                        "where it is within [run] exact_slack of the best):")
+    return lines
 
 
 def reduced_lines(checkpoint: dict) -> list[str]:
@@ -253,7 +280,7 @@ def render_report(run: RunDir, results: list[KernelResult], backend: str,
     if llm:
         lines += [""] + [f"- {line}" for line in llm_lines(llm)]
     checkpoint = run.read_checkpoint() if run.has_checkpoint() else {}
-    for section in (memory_lines(results, checkpoint), finalist_lines(checkpoint),
+    for section in (memory_lines(results, checkpoint), exact_lines(checkpoint), finalist_lines(checkpoint),
                     reduced_lines(checkpoint), time_lines(checkpoint)):
         if section:
             lines += [""] + section

@@ -19,21 +19,21 @@ import tomllib
 from contextlib import contextmanager
 from pathlib import Path
 
+from evo import config as config_mod
+from evo import report, runmeta, strategies
+from evo.config import Config
+from evo.driver import AUTO_JOBS_PER_SLOT, GpuTurns, KernelLedger, each_kernel, jobs_for
+from evo.exact import prefer_exact
+from evo.kernel_run import KernelRun, Observer
+from evo.learn import source as learn_source
+from evo.progress import Progress
+from evo.rundir import RunDir, RunDirError, default_name
+from evo.search import check_resumable, new_checkpoint, search_kernel
 from genomes.errors import EvoError
 from genomes.genome import Genome, apply_genome
 from harness.peers import peer_or_reason
 from harness.spec import KernelSpec, with_caches
 from harness.suite import find_kernel, list_kernels
-
-from evo import config as config_mod
-from evo import report, runmeta, strategies
-from evo.config import Config
-from evo.driver import AUTO_JOBS_PER_SLOT, GpuTurns, KernelLedger, each_kernel, jobs_for
-from evo.learn import source as learn_source
-from evo.kernel_run import KernelRun, Observer
-from evo.progress import Progress
-from evo.rundir import RunDir, RunDirError, default_name
-from evo.search import check_resumable, new_checkpoint, search_kernel
 
 
 def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
@@ -208,6 +208,10 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         spent = _Seconds(ledger.checkpoint, spec.name, lock)
         spent.add("search", start)
         spent.add_parts(measuring.seconds)
+        if backend.remeasures and config.run.exact_slack >= 0:  # outputs checked on a GPU
+            start = time.perf_counter()
+            if prefer_exact(result, saved, measuring.measure, config.run.exact_slack, ledger.events):
+                spent.add("exact", start)
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             start = time.perf_counter()
             with turns.alone():

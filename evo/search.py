@@ -314,7 +314,8 @@ def _config_hash(config: Config) -> str:
     """The config fields that change results (not budgets, which may be extended, nor
     where the store lives or which GPU ids measure)."""
     d = config.to_dict()
-    for key in ("generations", "max_evals", "budget_evals", "store", "gpus", "jobs"):
+    # exact_slack: a choice made after the search, made again where a resume changes it
+    for key in ("generations", "max_evals", "budget_evals", "store", "gpus", "jobs", "exact_slack"):
         d["run"].pop(key, None)
     for name in strategies.NAMES:  # the run's strategy's table, less its budgets
         if name != config.run.strategy:

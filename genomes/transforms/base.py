@@ -109,6 +109,11 @@ class Transform:
     A transform with ``edits_launch`` also changes the launch (``genomes.launch``): its
     ``apply(module, launch, **params)`` returns ``(changes, new_launch)``, and it is a
     no-op where no launch is known (a genome applied without its kernel's spec).
+
+    A transform with ``changes_results`` may change what the kernel computes in the last
+    bits (fast math: approximate instructions, flushed subnormals, fused mul+add), within
+    the tolerance the gate allows; every other transform leaves the results bit for bit
+    (``evo.exact`` prefers a genome without these where it costs no time).
     """
 
     name: str
@@ -118,6 +123,7 @@ class Transform:
     params: tuple[Param, ...]
     apply: Callable[..., Any]
     edits_launch: bool = False
+    changes_results: bool = False
 
     def param(self, name: str) -> Param:
         for p in self.params:

@@ -119,4 +119,5 @@ TRANSFORM = Transform(
                  "relax: f32 add/sub/mul with an explicit .rn",
     params=(Param("mode", default="fuse", choices=MODES),),
     apply=apply,
+    changes_results=True,
 )

@@ -52,4 +52,5 @@ TRANSFORM = Transform(
     applies_when="f32 divisions that are IEEE-rounded (or .full, for mode=approx)",
     params=(Param("mode", default="approx", choices=MODES),),
     apply=apply,
+    changes_results=True,
 )

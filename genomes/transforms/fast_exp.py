@@ -152,4 +152,5 @@ TRANSFORM = Transform(
                  "attention, cross-entropy)",
     params=(),
     apply=apply,
+    changes_results=True,
 )

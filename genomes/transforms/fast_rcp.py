@@ -49,4 +49,5 @@ TRANSFORM = Transform(
     applies_when="IEEE-rounded f32 reciprocals, or f32 divisions of the literal 1.0",
     params=(),
     apply=apply,
+    changes_results=True,
 )

@@ -101,4 +101,5 @@ TRANSFORM = Transform(
                  "division by it",
     params=(),
     apply=apply,
+    changes_results=True,
 )

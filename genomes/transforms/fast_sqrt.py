@@ -30,4 +30,5 @@ TRANSFORM = Transform(
     applies_when="IEEE-rounded f32 square roots",
     params=(),
     apply=apply,
+    changes_results=True,
 )

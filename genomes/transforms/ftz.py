@@ -73,4 +73,5 @@ TRANSFORM = Transform(
     applies_when="f32 instructions without .ftz whose syntax allows it",
     params=(Param("scope", default="approx", choices=SCOPES),),
     apply=apply,
+    changes_results=True,
 )

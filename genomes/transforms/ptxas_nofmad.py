@@ -23,4 +23,5 @@ TRANSFORM = Transform(
     applies_when="always (an option for ptxas, carried in the PTX)",
     params=(),
     apply=apply,
+    changes_results=True,
 )
