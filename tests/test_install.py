@@ -86,3 +86,36 @@ def test_the_report_says_the_step_the_limit_and_each_kernel():
     step = manifest["step_gpu_us"]
     assert (f"would save at most {saved:.1f} us of the step's GPU time "
             f"({step / (step - saved):.3f}x)") in text
+
+
+def test_the_outputs_line_and_the_model_checks_say_how_close():
+    from evo.model.install import Choice
+    from evo.model.verify import outputs_line
+
+    base = {"outputs_agree": True, "rtol": 0.05, "atol": 0.05, "max_abs_err": 0.0,
+            "max_rel_err": 0.0}
+    assert outputs_line(base | {"bitwise": True, "eager_max_abs_err": 0.25}) == \
+        "outputs bitwise equal; torch.compile's own differ from eager by 0.25"
+    assert outputs_line(base | {"bitwise": False, "within_tolerance": True,
+                                "max_abs_err": 0.01}).startswith("outputs agree (rtol 0.05")
+    near = outputs_line(base | {"bitwise": False, "within_tolerance": False, "max_abs_err": 0.5,
+                                "eager_max_abs_err": 0.75})
+    assert near.startswith("outputs differ no more than compiling alone") and "0.75" in near
+    assert "DIFFER (" in outputs_line(base | {"outputs_agree": False, "within_tolerance": False,
+                                              "bitwise": False, "max_abs_err": 2.0})
+    manifest = capture.read(DECODER)
+    k = manifest["kernels"][0]
+    choices = [Choice(k["name"], k["source"]["kernel"], "", {}, b"x")]
+    verdict = base | {"baseline_ms": 2.0, "evolved_ms": 1.9, "speedup": 1.05, "repeats": 3,
+                      "checks": {k["source"]["kernel"]: [
+                          {"agree": True, "bitwise": True, "max_abs_err": 0.0, "worst": ""}] * 2}}
+    assert "| yes | bitwise equal (2 launches)" in report(verdict, manifest, choices)
+    verdict |= {"control": 1.002, "in_model": {k["source"]["kernel"]: {
+        "own_us": 12.0, "evolved_us": 10.0, "timed": 10}}}
+    text = report(verdict, manifest, choices)
+    assert "(1.050x end to end, median of 3 rounds; the A/A control, its own kernels timed " \
+           "again in the same rounds: 1.002x)" in text
+    assert "| 12.00 -> 10.00 us (1.20x, 10 each)" in text
+    verdict["checks"][k["source"]["kernel"]] = [{"agree": False, "bitwise": False,
+                                                 "max_abs_err": 3.0, "worst": "out_ptr0: 7 of 9"}]
+    assert "| DIFFERS: out_ptr0: 7 of 9" in report(verdict, manifest, choices)

@@ -8,6 +8,10 @@ MLP, residuals) in bf16 for inference, and a training step (forward, backward, A
 
 Each builder returns ``(step, inputs)``: ``step`` compiled with ``torch.compile`` (default
 mode), ``inputs`` a tuple of CUDA tensors; seeded, so two calls build the same model.
+``step.eager`` is the same step without ``torch.compile`` (how far compiling alone moves
+the outputs: the yardstick ``evo.model.verify`` holds evolved kernels to); a training
+step also has ``step.reset()`` (back to the weights and optimizer state it started
+from) and ``step.state()`` (the weights now), so that steps are compared from one state.
 """
 
 from __future__ import annotations
@@ -100,6 +104,7 @@ def decoder_inference(layers: int = 2, dim: int = 512, batch: int = 8, tokens: i
         with torch.no_grad():
             return compiled(ids)
 
+    step.eager = _no_grad(model)
     return step, (ids,)
 
 
@@ -135,7 +140,41 @@ def decoder_training(layers: int = 2, dim: int = 256, batch: int = 8, tokens: in
         update()
         return loss.detach()
 
+    def eager(ids, targets):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(ids, targets)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    # what a step computes is its loss and the weights it leaves: outputs are compared
+    # from the same starting state (reset), the backward and AdamW kernels' work included
+    start = ({k: v.clone() for k, v in model.state_dict().items()}, _copy(optimizer.state_dict()))
+
+    def reset():
+        model.load_state_dict(start[0])
+        optimizer.load_state_dict(_copy(start[1]))
+
+    step.eager, step.reset = eager, reset
+    step.state = lambda: [p.detach() for p in model.parameters()]
     return step, (ids, targets)
+
+
+def _no_grad(fn):
+    import torch
+
+    def call(*args):
+        with torch.no_grad():
+            return fn(*args)
+
+    return call
+
+
+def _copy(state):
+    """A deep copy of an optimizer's state dict (its tensors cloned)."""
+    import copy
+
+    return copy.deepcopy(state)
 
 
 def torchvision_inference(name: str = "resnet18", batch: int = 32, seed: int = 0):
@@ -157,4 +196,5 @@ def torchvision_inference(name: str = "resnet18", batch: int = 32, seed: int = 0
         with torch.no_grad():
             return compiled(images)
 
+    step.eager = _no_grad(model)
     return step, (images,)

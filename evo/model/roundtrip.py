@@ -7,8 +7,10 @@ Builds ``evo.model.examples.decoder_inference`` (or ``--train``: the training st
 ``--torchvision resnet18``: a network evo's authors did not write),
 captures its Triton kernels (``OUT/capture``), evolves them with ``evo.evolve`` (one run
 folder, ``OUT/run``, kernels in order of their share of the step; ``--top N`` keeps the
-N largest), installs the best of each into the running program and verifies outputs and
-step time A/B (``evo.model.verify``). Prints the report and writes ``OUT/report.json``.
+N largest), checks each evolved kernel on the model's own data and times it there against its own code
+(``evo.model.check.ProgramCheck``), installs the best of each into the running program and
+verifies outputs and step time A/B (``evo.model.verify``). Prints the report and writes
+``OUT/report.json``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+CHECKS, TIMED = 3, 10  # each kernel's launches checked, then timed per code, in the model
 
 
 def main(argv=None) -> int:
@@ -38,6 +42,7 @@ def main(argv=None) -> int:
     import evo
     from evo.model import examples
     from evo.model.capture import read
+    from evo.model.check import ProgramCheck
     from evo.model.install import Installed, plan
     from evo.model.verify import report, verify
 
@@ -54,8 +59,14 @@ def main(argv=None) -> int:
                          pop=args.pop, backend="gpu", out=str(out / "run"),
                          store=str(out / "store.sqlite"))
     choices = plan(out / "capture", out / "run")
+    specs = {k["source"]["kernel"]: k["kernel_spec"] for k in manifest["kernels"]}
+    # each kernel checked on the model's data, then timed there, both codes in turn
+    with ProgramCheck(choices, specs, checks=CHECKS, timed=TIMED) as check:
+        for _ in range(CHECKS + 2 * TIMED):
+            step(*inputs)
     with Installed(choices) as installed:
         verdict = verify(step, inputs, installed, repeats=args.repeats)
+    verdict["checks"], verdict["in_model"] = check.results, check.times_us()
     text = report(verdict, manifest, choices, results)
     print(text)
     (out / "report.json").write_text(json.dumps({
@@ -63,7 +74,8 @@ def main(argv=None) -> int:
         "kernels": [{"name": c.name, "installed": c.cubin is not None, "reason": c.reason,
                      "genome": c.genome} for c in choices],
         "results": [str(r) for r in results]}, indent=1) + "\n")
-    return 0 if verdict["outputs_agree"] else 1
+    kernels_agree = all(r["agree"] for runs in verdict["checks"].values() for r in runs)
+    return 0 if verdict["outputs_agree"] and kernels_agree else 1
 
 
 if __name__ == "__main__":

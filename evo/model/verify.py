@@ -2,15 +2,21 @@
 time, interleaved A/B (``verify``); and the report that says what was gained (``report``).
 
 The step is timed with CUDA events around one call (its GPU time, and host gaps where the
-program waits on the host: what a user's step takes), A and B alternating with the order
-flipped every round so that drift in clocks or temperature falls on both; medians. The
-outputs of one call with and one without are compared under a tolerance for the whole
-program (rounding differences of bf16 kernels grow through layers: 5e-2 by default); the
-largest differences are reported either way.
+program waits on the host: what a user's step takes): its own kernels, evo's, and its own
+again (an A/A control: what the same step reads against itself is the noise any end to
+end figure carries), the order changed every round so that drift in clocks or
+temperature falls on all three; medians. The
+outputs of one call with and one without (a training step: from the same weights, the
+weights it leaves included) are compared: bitwise, else under a tolerance for the whole
+program (rounding differences of bf16 kernels grow through layers: 5e-2 by default), else
+against how far torch.compile's own outputs are from the eager step's; the largest
+differences are reported either way. Each kernel's own proof is its check on the model's
+data (``evo.model.check.ProgramCheck``, run by ``evo.model.roundtrip``).
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 
@@ -26,19 +32,43 @@ def _tensors(out) -> list:
     return []
 
 
+def _outputs(step, inputs, call=None) -> list:
+    """The tensors one call of the step computes (``call`` instead of ``step`` where given:
+    its eager twin), from the step's starting state where it keeps one (``step.reset``),
+    the state it leaves included (``step.state``: a training step's weights)."""
+    import torch
+
+    if hasattr(step, "reset"):
+        step.reset()
+    out = _tensors((call or step)(*inputs))
+    if hasattr(step, "state"):
+        out += _tensors(step.state())
+    torch.cuda.synchronize()
+    return out
+
+
+def _max_abs(a_list, b_list) -> float:
+    return max((float((a.float() - b.float()).abs().max()) for a, b in zip(a_list, b_list)
+                if a.numel()), default=0.0)
+
+
 def verify(step, inputs, installed, repeats: int = 30, rtol: float = 5e-2, atol: float = 5e-2) -> dict:
     """Run ``step(*inputs)`` with ``installed`` (``evo.model.install.Installed``, entered)
-    disabled and enabled; returns outputs' agreement and both step times (ms, medians)."""
+    disabled and enabled; returns outputs' agreement and both step times (ms, medians).
+
+    Outputs agree bitwise, or within ``rtol``/``atol``, or no further from torch.compile's
+    than torch.compile's are from the eager step's (``step.eager``, where the step has
+    one): rounding that compiling alone already moves the outputs by."""
     import torch
 
     results = {}
     for enabled in (False, True):  # the first call finds the kernels; both warm up
         installed.enable() if enabled else installed.disable()
-        results[enabled] = _tensors(step(*inputs))
-        torch.cuda.synchronize()
+        results[enabled] = _outputs(step, inputs)
     installed.stop_looking()  # from here on, launches cost what they cost without evo
     worst_abs = worst_rel = 0.0
     agree = len(results[False]) == len(results[True]) and len(results[False]) > 0
+    bitwise = agree and all(torch.equal(a, b) for a, b in zip(results[False], results[True]))
     for a, b in zip(results[False], results[True]):
         a, b = a.float(), b.float()
         err = (a - b).abs()
@@ -46,25 +76,52 @@ def verify(step, inputs, installed, repeats: int = 30, rtol: float = 5e-2, atol:
         rel = err / a.abs().clamp_min(1e-30)
         worst_rel = max(worst_rel, float(rel[a.abs() > atol].max()) if (a.abs() > atol).any() else 0.0)
         agree = agree and bool(torch.allclose(b, a, rtol=rtol, atol=atol))
-    times = {False: [], True: []}
+    eager_abs = None
+    if hasattr(step, "eager"):
+        installed.disable()
+        eager_abs = _max_abs(results[False], _outputs(step, inputs, step.eager))
+        installed.enable()
+    within_eager = eager_abs is not None and worst_abs <= eager_abs
+    # three arms: its own kernels, evo's, and its own again (the A/A control: how far the
+    # same step reads from itself), in every order in turn
+    arms = ("own", "evolved", "own again")
+    times = {arm: [] for arm in arms}
+    orders = list(itertools.permutations(arms))
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for i in range(repeats):
-        for enabled in ((False, True) if i % 2 == 0 else (True, False)):
-            installed.enable() if enabled else installed.disable()
+        for arm in orders[i % len(orders)]:
+            installed.enable() if arm == "evolved" else installed.disable()
             start.record()
             step(*inputs)
             stop.record()
             stop.synchronize()
-            times[enabled].append(start.elapsed_time(stop))
+            times[arm].append(start.elapsed_time(stop))
     installed.enable()
-    base, evolved = statistics.median(times[False]), statistics.median(times[True])
-    return {"outputs_agree": agree, "rtol": rtol, "atol": atol, "max_abs_err": worst_abs,
+    base, evolved, again = (statistics.median(times[arm]) for arm in arms)
+    return {"outputs_agree": agree or within_eager, "bitwise": bitwise, "within_tolerance": agree,
+            "eager_max_abs_err": eager_abs, "rtol": rtol, "atol": atol, "max_abs_err": worst_abs,
             "max_rel_err": worst_rel, "baseline_ms": base, "evolved_ms": evolved,
-            "speedup": base / evolved, "repeats": repeats,
-            "spread": {"baseline": [min(times[False]), max(times[False])],
-                       "evolved": [min(times[True]), max(times[True])]},
+            "speedup": base / evolved, "repeats": repeats, "control_ms": again,
+            "control": base / again,
+            "spread": {"baseline": [min(times["own"]), max(times["own"])],
+                       "evolved": [min(times["evolved"]), max(times["evolved"])]},
             "kernels_installed": sorted(name for name, on in installed.swapped.items() if on),
             "kernels_refused": dict(installed.refused)}
+
+
+def outputs_line(verdict: dict) -> str:
+    """What the comparison of the step's outputs with and without evo's kernels found."""
+    eager = verdict.get("eager_max_abs_err")
+    floor = "" if eager is None else f"; torch.compile's own differ from eager by {eager:.3g}"
+    errors = (f"max abs error {verdict['max_abs_err']:.3g}, max rel error "
+              f"{verdict['max_rel_err']:.3g}{floor}")
+    if verdict.get("bitwise"):
+        return "outputs bitwise equal" + floor
+    if verdict.get("within_tolerance", verdict["outputs_agree"]):
+        return f"outputs agree (rtol {verdict['rtol']:g}, atol {verdict['atol']:g}; {errors})"
+    if verdict["outputs_agree"]:
+        return f"outputs differ no more than compiling alone moves them from eager ({errors})"
+    return f"outputs DIFFER (rtol {verdict['rtol']:g}, atol {verdict['atol']:g}; {errors})"
 
 
 def roofline(measured: dict | None) -> float | None:
@@ -92,18 +149,36 @@ def _installed(choice, verdict: dict) -> str:
     return f"no: {refused}" if refused else "no: not launched with its captured sizes"
 
 
+def _checked(runs: list | None) -> str:
+    """A kernel's launches checked in the model against its own code (ProgramCheck)."""
+    if not runs:
+        return "-"
+    if not all(r["agree"] for r in runs):
+        return "DIFFERS: " + next(r["worst"] for r in runs if not r["agree"])
+    if all(r["bitwise"] for r in runs):
+        return f"bitwise equal ({len(runs)} launches)"
+    return f"agrees (max abs error {max(r['max_abs_err'] for r in runs):.3g}, {len(runs)} launches)"
+
+
+def _in_model(t: dict | None) -> str:
+    """A kernel's time a launch in the model, its own code against evo's (ProgramCheck)."""
+    if not t:
+        return "-"
+    return (f"{t['own_us']:.2f} -> {t['evolved_us']:.2f} us ({t['own_us'] / t['evolved_us']:.2f}x, "
+            f"{t['timed']} each)")
+
+
 def report(verdict: dict, manifest: dict, choices, results=None) -> str:
     """The lines a user reads: the step before and after, the share of the step in Triton
     kernels and the limits it sets (all free; all at the copy roofline), and per kernel its
     share, speedup, share of the roofline and what was installed."""
     by_name = {r.kernel: r for r in (results or [])}
     step_us, triton_us = manifest.get("step_gpu_us") or 0.0, manifest.get("triton_gpu_us") or 0.0
+    control = (f"; the A/A control, its own kernels timed again in the same rounds: "
+               f"{verdict['control']:.3f}x" if verdict.get("control") else "")
     lines = [f"step: torch.compile {verdict['baseline_ms']:.3f} ms -> with evo's kernels "
              f"{verdict['evolved_ms']:.3f} ms ({verdict['speedup']:.3f}x end to end, median of "
-             f"{verdict['repeats']} A/B rounds)",
-             f"outputs {'agree' if verdict['outputs_agree'] else 'DIFFER'} (rtol {verdict['rtol']:g}, "
-             f"atol {verdict['atol']:g}; max abs error {verdict['max_abs_err']:.3g}, "
-             f"max rel error {verdict['max_rel_err']:.3g})"]
+             f"{verdict['repeats']} rounds{control})", outputs_line(verdict)]
     if step_us and triton_us:
         share = triton_us / step_us
         lines.append(f"Triton kernels: {100 * share:.1f} % of the step's GPU time "
@@ -122,9 +197,13 @@ def report(verdict: dict, manifest: dict, choices, results=None) -> str:
         share = f"{100 * k['share']:.1f} %" if k.get("share") else "-"
         roof = "-" if base is None else (f"{100 * base:.0f} %" + (f" -> {100 * best:.0f} %" if best else ""))
         done = _installed(c, verdict)
-        rows.append(f"{c.name} | {share} | {gain} | {roof} | {done}")
+        rows.append(f"{c.name} | {share} | {gain} | {roof} | {done}"
+                    + (f" | {_checked(verdict['checks'].get(c.kernel))}" if "checks" in verdict else "")
+                    + (f" | {_in_model(verdict['in_model'].get(c.kernel))}" if "in_model" in verdict else ""))
     if step_us and saved:
         lines.append(f"at the copy roofline the kernels evolved here would save at most "
                      f"{saved:.1f} us of the step's GPU time ({step_us / (step_us - saved):.3f}x)")
-    lines.append("kernel | share | speedup (evo's cycles) | copy roofline | installed")
+    lines.append("kernel | share | speedup (evo's cycles) | copy roofline | installed"
+                 + (" | checked on the model's data" if "checks" in verdict else "")
+                 + (" | in the model, a launch (CUDA events)" if "in_model" in verdict else ""))
     return "\n".join(lines + rows)
