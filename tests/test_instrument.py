@@ -288,3 +288,41 @@ def test_instrumented_kernel_gives_the_same_outputs(suite, name):
         assert outs[0][p.name].tobytes() == outs[1][p.name].tobytes()
     if spec.timing == "clock64":
         assert 100 < cycles_from_clock(clock.get()) < 100_000
+
+
+SPIN = HEADER + """
+.visible .entry spin(.param .u64 spin_out, .param .u64 spin_cycles)
+{
+    .reg .pred %p;
+    .reg .u64 %t<4>;
+    .reg .u64 %a;
+    ld.param.u64 %t3, [spin_cycles];
+    mov.u64 %t0, %clock64;
+SPIN_LOOP:
+    mov.u64 %t1, %clock64;
+    sub.u64 %t2, %t1, %t0;
+    setp.lt.u64 %p, %t2, %t3;
+    @%p bra SPIN_LOOP;
+    ld.param.u64 %a, [spin_out];
+    cvta.to.global.u64 %a, %a;
+    st.global.u64 [%a], %t2;
+    ret;
+}
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("work", [20_000, 200_000])
+def test_the_clock_instrument_reads_a_kernel_of_known_work(work):
+    """A kernel that spins until its own counter has advanced ``work`` cycles: the
+    instrumented reading must be that much and little more (a timer off by 2x either way,
+    or one that reads another counter, fails)."""
+    import cupy
+
+    out = cupy.zeros(1, dtype=cupy.uint64)
+    clock = cupy.asarray(clock_buffer(SimpleNamespace(threads_per_block=1)))
+    _gpu_launch(instrument(SPIN, "spin"), "spin", (1, 1, 1), (1, 1, 1), [out, np.uint64(work), clock])
+    spun = int(out.get()[0])
+    cycles = cycles_from_clock(clock.get())
+    assert work <= spun < work + 200, spun  # the loop's own exit: one iteration past work
+    assert spun <= cycles <= spun + 500, (cycles, spun)  # entry/exit reads bracket the loop

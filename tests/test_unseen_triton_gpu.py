@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evo.search import _applicable
+from genomes import transforms
 from genomes.genome import Genome
 from harness.backends.gpu import GpuBackend
 from harness.compile import target_arch
@@ -51,4 +52,8 @@ def test_triton_kernel_and_every_gene_measured_on_sm_90a(evaluator, name):
     print(f"\n{name}: baseline {base.cycles:.0f} cycles; {len(valid)} of {len(genes)} genes "
           f"valid, best {best[1]} {best[0]:.0f} ({base.cycles / best[0]:.2f}x); rejected: "
           f"{rejected}")
-    assert len(valid) >= len(genes) // 2  # most genes keep the result (ftz may not)
+    # a gene that leaves results bit for bit (no fast math) must keep the kernel correct:
+    # where one does not, the transform broke it (ptxas refusing a budget is no such break)
+    broken = {str(g): m.reason for g, m in zip(genes, variants) if not m.valid
+              and not transforms.get(g.transform).changes_results and "ptxas" not in m.reason}
+    assert not broken, broken
