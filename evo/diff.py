@@ -33,8 +33,12 @@ def diff_lines(run: RunDir, kernel: str, context: int = 3, sass: bool = True) ->
     reduced = (run.read_checkpoint().get("reduced", {}).get(kernel)
                if run.has_checkpoint() else None)
     if reduced and reduced["dropped"] and Genome.from_json(reduced["from"]) == genome:
-        lines.append(f"reduced: {reduced['text']} (the same machine code without "
-                     f"{', '.join(reduced['dropped'])})")
+        noisy = reduced.get("within_noise", [])
+        same = [g for g in reduced["dropped"] if g not in noisy]
+        lines.append(f"reduced: {reduced['text'] or 'the baseline'} ("
+                     + "; ".join(([f"the same machine code without {', '.join(same)}"] if same else [])
+                                 + ([f"within {100 * reduced['noise']:g} % of its time without "
+                                     f"{', '.join(noisy)}"] if noisy else [])) + ")")
     if applied.launch != spec.launch:
         lines.append(f"launch: grid {spec.grid} block {spec.block} -> grid "
                      f"{applied.launch.grid} block {applied.launch.block}")

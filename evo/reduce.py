@@ -10,14 +10,23 @@ the same kernel, measured or not, with nothing but the genes that make it.
 
 Algorithm (greedy, last gene first): the keys of every genome one gene shorter than the
 current one are asked for at once (one parallel ptxas batch); the last gene whose removal
-keeps the key is dropped; repeat until no removal keeps it. A gene whose removal changes
-the code stays, even where the change is not measurable: telling those apart needs the
-GPU (a drop kept when the time stays within noise), which this does not do.
+keeps the key is dropped; repeat until no removal keeps it.
+
+On a GPU (``reduce_by_time``, given the run's measure) the genes left are then dropped
+where the time allows: every genome one gene shorter is measured at once (the store
+answers those the search measured), the fastest one that is correct and at most
+``NOISE`` slower than the code-reduced best loses its gene, and again, until every drop
+costs more. The measure is always against the best's own time, so small costs do not add
+up. What is left is the genes whose removal costs more than the noise.
 """
 
 from __future__ import annotations
 
 from genomes.genome import Genome
+
+# 0.5 %: over twice the spread of one variant measured in fresh workers (0.03-0.2 %) and
+# of events timing (0.26-0.29 %) on H200s (BENCHMARKS.md, "Precision", sessions 4 and 14)
+NOISE = 0.005
 
 
 def reduce_genome(genome: Genome, code_keys) -> tuple[Genome, list]:
@@ -41,10 +50,37 @@ def reduce_genome(genome: Genome, code_keys) -> tuple[Genome, list]:
     return current, dropped
 
 
-def reduced_entry(genome: Genome, code_keys) -> dict:
+def reduce_by_time(genome: Genome, measure, noise: float = NOISE) -> tuple[Genome, list, dict]:
+    """(genome less the genes whose removal costs at most ``noise`` of its time, those genes
+    in the order dropped, {"best": its cycles, "reduced": the reduced one's});
+    ``measure(genomes) -> Measurements``. Unchanged where it does not measure valid."""
+    (m,) = measure([genome])
+    if not (m.valid and m.cycles):
+        return genome, [], {}
+    limit, current, cycles, dropped = m.cycles * (1 + noise), genome, m.cycles, []
+    while current.genes:
+        shorter = [Genome(current.genes[:i] + current.genes[i + 1:])
+                   for i in range(len(current.genes))]
+        fits = [(r.cycles, i) for i, r in enumerate(measure(shorter))
+                if r.valid and r.cycles and r.cycles <= limit]
+        if not fits:
+            break
+        cycles, i = min(fits)
+        dropped.append(current.genes[i])
+        current = shorter[i]
+    return current, dropped, {"best": m.cycles, "reduced": cycles}
+
+
+def reduced_entry(genome: Genome, code_keys, measure=None, noise: float = NOISE) -> dict:
     """What the checkpoint's ``reduced`` section keeps for a kernel: the best genome it was
-    made from, the reduced genome (JSON and text) and the genes dropped (text)."""
+    made from, the reduced genome (JSON and text) and the genes dropped (text); where
+    ``measure`` is given, also reduced by time: ``within_noise``, the genes dropped for
+    costing at most ``noise``, and ``cycles``."""
     reduced, _ = reduce_genome(genome, code_keys)
+    timed = None
+    if measure is not None and reduced.genes:
+        reduced, by_time, cycles = reduce_by_time(reduced, measure, noise)
+        timed = {"within_noise": [str(g) for g in by_time], "noise": noise, "cycles": cycles}
     kept = [str(g) for g in reduced.genes]
     dropped = []  # the original's genes the reduced one lacks (overridden ones too), in order
     for gene in map(str, genome.genes):
@@ -53,4 +89,4 @@ def reduced_entry(genome: Genome, code_keys) -> dict:
         else:
             dropped.append(gene)
     return {"from": genome.to_json(), "genome": reduced.to_json(), "text": str(reduced),
-            "dropped": dropped}
+            "dropped": dropped, **(timed or {})}

@@ -190,17 +190,25 @@ def exact_lines(checkpoint: dict) -> list[str]:
 
 
 def reduced_lines(checkpoint: dict) -> list[str]:
-    """Each best genome reduced to the genes its machine code needs (``evo.reduce``)."""
-    lines = []
+    """Each best genome reduced to the genes that matter (``evo.reduce``): without those
+    whose removal leaves its machine code, and on a GPU its time within the noise."""
+    lines, timed = [], False
     for kernel, r in checkpoint.get("reduced", {}).items():
-        if r.get("dropped"):
-            lines.append(f"- {kernel}: {r['text']} (dropped {', '.join(r['dropped'])}: the same "
-                         "machine code without them)")
+        noisy = r.get("within_noise", [])
+        same = [g for g in r.get("dropped", []) if g not in noisy]
+        why = ([f"{', '.join(same)}: the same machine code without them"] if same else []) + (
+            [f"{', '.join(noisy)}: within {100 * r['noise']:g} % of the best's time without "
+             f"them ({r['cycles']['best']:.0f} -> {r['cycles']['reduced']:.0f} cycles)"] if noisy else [])
+        timed = timed or "noise" in r
+        if why:
+            lines.append(f"- {kernel}: {r['text'] or 'the baseline'} (dropped {'; '.join(why)})")
         else:
-            lines.append(f"- {kernel}: every gene of the best changes its machine code")
+            lines.append(f"- {kernel}: every gene of the best counts")
     if lines:
         lines.insert(0, "The genes that matter (each best genome without the genes whose removal "
-                        "leaves its machine code unchanged; measured or not, the same kernel):")
+                        "leaves its machine code unchanged" + (", then those whose removal costs "
+                        "no more than the noise, measured" if timed else "; measured or not, the "
+                        "same kernel") + "):")
     return lines
 
 

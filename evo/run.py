@@ -219,7 +219,8 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             spent.add("finalist check", start)
             ledger.save()
         start = time.perf_counter()
-        if _reduce(spec, result, ledger.checkpoint, functools.partial(evaluator.code_keys, spec)):
+        if _reduce(spec, result, ledger.checkpoint, functools.partial(evaluator.code_keys, spec),
+                   measuring.measure if backend.remeasures else None):
             spent.add("reduce", start)
         _write_best(run, spec, result)
         if config.run.confirm and backend.remeasures:
@@ -258,9 +259,10 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     return results
 
 
-def _reduce(spec: KernelSpec, result, checkpoint: dict, code_keys) -> bool:
-    """The best genome without the genes its machine code does not need (``evo.reduce``),
-    into the checkpoint's ``reduced`` section; False where already there for this best."""
+def _reduce(spec: KernelSpec, result, checkpoint: dict, code_keys, measure=None) -> bool:
+    """The best genome without the genes its machine code does not need, and (``measure``:
+    a GPU) those whose removal costs no more than the noise (``evo.reduce``), into the
+    checkpoint's ``reduced`` section; False where already there for this best."""
     from evo.reduce import reduced_entry
 
     best = Genome.from_json(result.best_genome)
@@ -268,7 +270,7 @@ def _reduce(spec: KernelSpec, result, checkpoint: dict, code_keys) -> bool:
     done = section.get(spec.name)
     if not best.genes or (done and Genome.from_json(done["from"]) == best):
         return False
-    section[spec.name] = reduced_entry(best, code_keys)
+    section[spec.name] = reduced_entry(best, code_keys, measure)
     return True
 
 
