@@ -66,7 +66,7 @@ class KernelSearch:
             from genomes.variation import gene_alphabet
 
             full = gene_alphabet()
-            found = _applicable(self.spec.ptx_text(), self.spec.launch) \
+            found = applicable_genes(self.spec.ptx_text(), self.spec.launch) \
                 if self.spec is not None else full
             self._alphabet = list(found) or full
         return self._alphabet
@@ -176,7 +176,7 @@ class KernelSearch:
 
 
 @functools.lru_cache(maxsize=64)
-def _applicable(ptx: str, launch) -> tuple:
+def applicable_genes(ptx: str, launch) -> tuple:
     """``genomes.variation.applicable`` over the whole library, once per kernel and launch
     in a process: every strategy of ``evo bench`` searches the same kernel, and a large
     gemm tile takes seconds (16x16x16: ~6 s)."""

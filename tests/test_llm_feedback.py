@@ -198,8 +198,35 @@ def test_prompt_renders_top_variants_gene_effects_and_what_transforms_do():
     assert "1. `fast_exp,vec_ld(width=4)`: 13000 cycles, 1.54x the baseline" in user
     assert "- `vec_ld(width=4)`: in 3 variants; best 1.54x" in user
     assert "# What the transform genes already do" in user
-    assert "- `vec_ld(width=2|4)`: merge scalar global loads" in user
+    # only the transforms with a gene that changes this kernel: softmax's loads are
+    # strided, so vec_ld has nothing to merge; cache_ld applies to every load
+    assert "- `cache_ld(policy=" in user and "- `vec_ld(width=2|4)`" not in user
+    assert "transforms that do not apply to this kernel left out)" in user
     assert "shared memory" in user and "algorithmic changes" in user
+
+
+@needs_ptxas
+def test_what_stays_the_same_for_a_kernel_comes_first_for_the_prompt_cache():
+    """The kernel's facts and the transforms that apply head the user message, then the
+    current PTX, then what changes from call to call: two variants' prompts share the
+    prefix up to their PTX, and a prompt with more results only differs after it."""
+    spec = find_kernel("softmax")
+    prompts = PromptSet()
+
+    def user(genome, known):
+        ctx = build_mutate_context(spec, parse_inline(genome) if genome else Genome(),
+                                   _m(spec, 20000), None, None, None, [], [], known=known)
+        return prompts.render("mutate", **ctx)
+
+    a, b = user("", _known(spec)), user("fast_rcp", _known(spec))
+    c = user("", _known(spec, results=[("", 20000), ("cache_ld(policy=cg)", 19000)]))
+    order = [a.index(h) for h in ("# Kernel `softmax`", "# What the transform genes already do",
+                                  "# Current PTX", "# The current variant", "# Performance so far",
+                                  "# Top ", "# Task")]
+    assert order == sorted(order), order
+    ptx_at = a.index("# Current PTX")
+    assert a[:ptx_at] == b[:ptx_at] == c[:ptx_at]
+    assert a[:a.index("# The current variant")] == c[:c.index("# The current variant")]
 
 
 @needs_ptxas
@@ -223,13 +250,17 @@ def test_the_character_budget_holds():
     known = _known(spec, results=many)
     for budget in (0, 300, 1500, 6000):
         s = context.search_context(known, 20000, budget)
-        used = sum(len(l) + 1 for l in s["top"] + s["genes"] + s["transforms"])
+        used = sum(len(l) + 1 for l in s["top"] + s["genes"])
         assert used <= budget
-        assert s["top_left_out"] + s["genes_left_out"] + s["transforms_left_out"] > 0
+        assert s["top_left_out"] + s["genes_left_out"] > 0
+        # the transform list is never cut: it is the same in every prompt on the kernel
+        assert len(s["transforms"]) == len(transforms.registry()) and not s["transforms_left_out"]
     assert context.search_context(known, 20000, 0)["top"] == []
     small = context.search_context(known, 20000, 1500)
-    assert len(small["top"]) == 5 and small["genes"] and not small["transforms"]
-    assert small["transforms_left_out"] == len(transforms.registry())
+    assert len(small["top"]) == 5 and small["genes"]
+    some = context.search_context(known, 20000, 1500, applicable={"maxnreg", "ftz"})
+    assert [line.split("(")[0] for line in some["transforms"]] == ["`ftz", "`maxnreg"]
+    assert some["transforms_left_out"] == len(transforms.registry()) - 2
 
 
 @needs_ptxas

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evo.search import _applicable
+from evo.search import applicable_genes
 from genomes import transforms
 from genomes.genome import Genome
 from harness.backends.gpu import GpuBackend
@@ -39,7 +39,7 @@ def test_triton_kernel_and_every_gene_measured_on_sm_90a(evaluator, name):
     spec = find_kernel(TRITON / f"{name}.toml")
     assert target_arch(spec.ptx_text(), "sm_90") == "sm_90a"
     first = {}  # one gene per transform: enough to reach every kind of edit, and quick
-    for gene in _applicable(spec.ptx_text(), spec.launch):
+    for gene in applicable_genes(spec.ptx_text(), spec.launch):
         first.setdefault(gene.transform, gene)
     genes = list(first.values())
     results = evaluator.evaluate(spec, [Genome()] + [Genome((g,)) for g in genes])

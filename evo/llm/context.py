@@ -11,9 +11,9 @@ summary, ``evo.search.summary``) this builds:
   speedup among them and the median of the variants without it;
 - what the transform genes already do, from the transform library's own summaries.
 
-The last three share one character budget (``context_chars``): the top variants first,
-then the gene effects, then the transform list, each cut where the budget runs out and
-saying how much it left out. Static-backend figures are labelled as static estimates.
+The top variants and the gene effects share one character budget (``context_chars``),
+each cut where it runs out and saying how much it left out; the transform list holds the
+transforms that apply to the kernel, whole (it heads the prompt: see kernel_context.j2). Static-backend figures are labelled as static estimates.
 Everything is deterministic: the same results give the same lines (the prompt cache keys
 on them).
 """
@@ -153,12 +153,15 @@ def gene_lines(found: list[tuple[Genome, dict]], base: float | None) -> list[str
     return [line for *_, line in sorted(rows)]
 
 
-def transform_lines() -> list[str]:
-    """One line per transform of the library: ``name(params): what it does``."""
+def transform_lines(only: set[str] | None = None) -> list[str]:
+    """One line per transform of the library (``only``: of those named): ``name(params):
+    what it does``."""
     from genomes import transforms
 
     lines = []
     for t in transforms.registry().values():
+        if only is not None and t.name not in only:
+            continue
         params = ",".join(p.describe() for p in t.params)
         line = f"`{t.name}({params})`: {t.summary}" if params else f"`{t.name}`: {t.summary}"
         if len(line) > TRANSFORM_LINE:
@@ -188,16 +191,20 @@ def fit(sections: list[list[str]], budget: int) -> tuple[list[list[str]], list[i
 
 
 def search_context(known: Mapping[str, dict] | None, base_cycles: float | None,
-                   budget: int = CONTEXT_CHARS, k: int = TOP_K) -> dict:
-    """The prompt's ``search`` section: top variants, gene effects (at most
-    ``MAX_GENE_ROWS``) and the transform list within ``budget`` characters, with the
-    counts each left out and whether any figure is a static estimate."""
+                   budget: int = CONTEXT_CHARS, k: int = TOP_K,
+                   applicable: set[str] | None = None) -> dict:
+    """The prompt's ``search`` section: top variants and gene effects (at most
+    ``MAX_GENE_ROWS``) within ``budget`` characters, with the counts each left out and
+    whether any figure is a static estimate; and the transforms that apply to the kernel
+    (``applicable``; None: all), whole: they head the prompt, the same for every call on
+    the kernel, so no budget may cut them differently from one call to the next."""
     found = variants(known)
     all_genes = gene_lines(found, base_cycles)
-    (top, genes, library), (top_out, _, library_out) = fit(
-        [top_lines(found, base_cycles, k), all_genes[:MAX_GENE_ROWS], transform_lines()],
-        max(0, budget))
+    (top, genes), (top_out, _) = fit(
+        [top_lines(found, base_cycles, k), all_genes[:MAX_GENE_ROWS]], max(0, budget))
     genes_out = len(all_genes) - len(genes)
+    library = transform_lines(applicable)
+    library_out = len(transform_lines()) - len(library)
     return {"evaluated": len(found), "valid": sum(_valid(s) for _, s in found), "k": k,
             "top": top, "top_left_out": top_out, "genes": genes, "genes_left_out": genes_out,
             "transforms": library, "transforms_left_out": library_out,

@@ -72,6 +72,14 @@ class MutateContext:
     lessons: list = field(default_factory=list)  # the LLM's LESSON lines on this kernel
 
 
+def _applicable_transforms(spec: KernelSpec) -> set[str]:
+    """The transforms with a gene that changes this kernel's baseline: the search's own
+    alphabet (``evo.search.applicable_genes``, computed once per kernel in a process)."""
+    from evo.search import applicable_genes
+
+    return {g.transform for g in applicable_genes(spec.ptx_text(), spec.launch)}
+
+
 def build_mutate_context(spec: KernelSpec, genome: Genome, baseline: Measurement | None,
                          current: Measurement | None, best_genome: Genome | None,
                          outcomes: Sequence[GeneOutcome] | None, recent_failures: list[str],
@@ -117,6 +125,8 @@ def build_mutate_context(spec: KernelSpec, genome: Genome, baseline: Measurement
                     "threads_per_block": math.prod(launch.block)}},
         target=target_of(applied.ptx, arch, resources.get("arch")),
         profile={"bytes": search_facts.bytes_text(spec),
+                 # a tiny kernel's "0.00 MB" says nothing a model can use
+                 "bytes_shown": spec.bytes_read + spec.bytes_written >= 1e6,
                  "baseline": search_facts.memory(
                      spec, "Baseline", search_facts.figures(baseline, base_summary)),
                  "current": search_facts.memory(
@@ -132,7 +142,8 @@ def build_mutate_context(spec: KernelSpec, genome: Genome, baseline: Measurement
         best=best_info, recent_failures=[_clip(f, 400) for f in recent_failures[-MAX_FAILURES:]],
         history=list(history), history_left_out=history_left_out,
         methods=_top_methods(methods),
-        search=search_facts.search_context(known, base_ref, context_chars, top_k),
+        search=search_facts.search_context(known, base_ref, context_chars, top_k,
+                                           applicable=_applicable_transforms(spec)),
         static=any(m is not None and m.is_static for m in (baseline, current, best)),
     )
     ctx.profile["measured"] = ctx.profile["baseline"]["measured"] or \
