@@ -55,7 +55,7 @@ class RunConfig:
                                   "-1 = never (gpu backend; evo.exact)")
     jobs: int = _opt(0, lo=0, hi=256, doc="kernels searched at once (each in its own thread; "
                                           "results do not depend on it); 0 = four per GPU or "
-                                          "cluster worker (one with the LLM on)")
+                                          "cluster worker (one with [llm] ncu_every on)")
     caches: str = _opt("spec", choices=("spec", "warm", "cold"),
                        doc="the L2 when timing: each spec's own choice, or warm (launches "
                            "reuse their data) or cold (every launch reads from DRAM) for all")

@@ -108,14 +108,15 @@ A search's host work (apply, ptxas) outweighs its GPU work, so one GPU feeds sev
 at a time, 55 s two at a time, 44 s four and 50 s eight (BENCHMARKS.md, session 15)."""
 
 
-def jobs_for(requested: int, offers: dict, kernels: int, llm: bool) -> int:
+def jobs_for(requested: int, offers: dict, kernels: int, alone: bool) -> int:
     """Kernels searched at once: ``requested``, or for 0 (auto) four per candidate the
     backend measures at once (``Backend.offers``), so that every GPU or worker has a batch
-    to measure while the next one is applied and compiled; one with the LLM on (its
-    operator works on one kernel at a time); never more than there are kernels."""
+    to measure while the next one is applied and compiled; one where a search needs the
+    GPU to itself between its measurements (``alone``: the LLM's Nsight Compute passes);
+    never more than there are kernels."""
     if requested > 0:
         return requested
-    if llm:
+    if alone:
         return 1
     return max(1, min(kernels, AUTO_JOBS_PER_SLOT * offers.get("measure_slots", 1)))
 

@@ -159,13 +159,14 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     if run.fresh:  # set up without error: the run has started, and is the newest
         run.link_latest()
     lock, stop, turns = threading.Lock(), threading.Event(), GpuTurns()
-    jobs = jobs_for(config.run.jobs, backend.offers(), len(kernels), llm is not None)
+    jobs = jobs_for(config.run.jobs, backend.offers(), len(kernels),
+                    llm is not None and bool(config.llm.ncu_every))
     if config.run.jobs == 0:
         progress.note(f"searching {jobs} kernel(s) at once ([run] jobs = 0: "
                       f"{AUTO_JOBS_PER_SLOT} per measuring slot)")
-    if jobs > 1 and llm is not None:
-        raise EvoError("[run] jobs > 1 searches kernels at once, and the LLM operator works on "
-                       "one kernel at a time: set jobs = 1 or [llm] rate = 0")
+    if jobs > 1 and llm is not None and config.llm.ncu_every:
+        raise EvoError("[llm] ncu_every profiles a kernel with Nsight Compute, which needs the "
+                       "GPU to itself: set [run] jobs = 1 or [llm] ncu_every = 0")
 
     def write(events: list[dict]) -> None:  # under the lock (KernelLedger.save)
         run.append_events(events)  # before the checkpoint, so it covers them (events_bytes)

@@ -12,6 +12,10 @@ exercised over actual HTTP rather than through mocks. The server answers
 and with ``default`` (a ``text`` answer) once the script runs out. Every request is
 recorded (parsed JSON body and headers) in ``server.requests``.
 
+``server.answer`` (a function of the request's JSON body -> a response), where set, answers
+in place of the script: an answer that depends on the prompt alone, whatever the order in
+which requests arrive.
+
 ``server.reject`` (field name -> message) makes it behave like a reasoning-model
 endpoint: a request whose body carries one of those fields gets HTTP 400 with an
 OpenAI-style error naming it (``param``), before and without using the script.
@@ -82,6 +86,7 @@ class LlmServer:
     def __init__(self, default: Response | None = None):
         self.default = default or text("default answer")
         self.reject: dict[str, str] = {}  # field -> error message: answered with HTTP 400
+        self.answer = None  # body -> Response: answers by the prompt instead of the script
         # GET /v1/models: None answers 501 (a server without a model list), a Response
         # is sent as it is, a list of ids is the list served
         self.models: list[str] | Response | None = None
@@ -110,6 +115,8 @@ class LlmServer:
                     return status(400, {"error": {
                         "message": message, "type": "invalid_request_error", "param": name,
                         "code": "unsupported_parameter"}})
+            if self.answer is not None:
+                return self.answer(request.body or {})
             return self._script.pop(0) if self._script else self.default
 
     def start(self) -> Self:

@@ -104,10 +104,10 @@ def test_jobs_0_is_sized_by_the_backend_and_finds_the_same(one_at_a_time, tmp_pa
 def test_auto_jobs_are_four_per_measuring_slot_within_the_kernels():
     from evo.driver import jobs_for
 
-    assert jobs_for(3, {"measure_slots": 8}, 10, llm=False) == 3  # asked for: as asked
-    assert jobs_for(0, {"measure_slots": 2}, 10, llm=False) == 8
-    assert jobs_for(0, {"measure_slots": 4}, 3, llm=False) == 3
-    assert jobs_for(0, {"measure_slots": 4}, 10, llm=True) == 1
+    assert jobs_for(3, {"measure_slots": 8}, 10, alone=False) == 3  # asked for: as asked
+    assert jobs_for(0, {"measure_slots": 2}, 10, alone=False) == 8
+    assert jobs_for(0, {"measure_slots": 4}, 3, alone=False) == 3
+    assert jobs_for(0, {"measure_slots": 4}, 10, alone=True) == 1
 
 
 def test_a_step_alone_on_the_gpu_waits_for_measurements_and_holds_new_ones_back():

@@ -39,6 +39,7 @@ import json
 import os
 import random
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -135,6 +136,11 @@ class LlmClient:
         self._seq: int | None = None
         self._unanswered = 0  # calls in a row that failed, while none has succeeded yet
         self._answered = False
+        # Kernels searched at once ([run] jobs) share the client: its books (draws, counts,
+        # cache, logs) change under one lock, and at most ``concurrency`` requests are in
+        # flight for all of them together.
+        self._books = threading.RLock()
+        self._in_flight = threading.BoundedSemaphore(max(1, config.concurrency))
 
     def __repr__(self) -> str:
         return (f"LlmClient(model={self.config.model!r}, key from ${self.config.api_key_env}, "
@@ -152,7 +158,8 @@ class LlmClient:
         give them: draws, the call budget, counters, logs and errors go in order; only the
         requests themselves run at once, up to ``[llm] concurrency`` in flight (a server
         that answers in seconds, or batches, is not fed one stream)."""
-        plans = [self._plan(messages, purpose) for messages, purpose in asks]
+        with self._books:
+            plans = [self._plan(messages, purpose) for messages, purpose in asks]
         todo = [plan for plan in plans if plan.reply is None]
         if todo:
             client = self.check()
@@ -162,7 +169,8 @@ class LlmClient:
                                                              pl.start, pl.draw), todo)
                 for plan, (reply, rejected, setup) in zip(todo, answers):
                     plan.reply, plan.rejected, plan.setup = reply, rejected, setup
-        return [self._account(plan) for plan in plans]
+        with self._books:
+            return [self._account(plan) for plan in plans]
 
     def _plan(self, messages: list[dict], purpose: str) -> _Plan:
         """The ask's draw, and its reply where the cache or the call budget gives it now."""
@@ -293,13 +301,14 @@ class LlmClient:
         resumed run needs, not a figure to show: ``draws`` (request digest -> draws so
         far), to draw the same indices again, and ``answer_digests``.
         """
-        out = dict(self._counts)
-        c = self.config
-        out["cost"] = round(self._cost(), 6) if c.price_in > 0 or c.price_out > 0 else None
-        out["unique"] = len(self._answers)
-        out["state"] = {"draws": dict(sorted(self._draws.items())),
-                        "answer_digests": sorted(self._answers)}
-        return out
+        with self._books:
+            out = dict(self._counts)
+            c = self.config
+            out["cost"] = round(self._cost(), 6) if c.price_in > 0 or c.price_out > 0 else None
+            out["unique"] = len(self._answers)
+            out["state"] = {"draws": dict(sorted(self._draws.items())),
+                            "answer_digests": sorted(self._answers)}
+            return out
 
     def restore_stats(self, data: Mapping) -> None:
         """Continue the counters of a resumed run (so ``max_calls`` stays per run) and its
@@ -330,7 +339,8 @@ class LlmClient:
         for attempt in range(self.config.retries + 1):
             attempts += 1
             try:
-                text, prompt_tokens, completion_tokens, cut = self._attempt(client, messages)
+                with self._in_flight:
+                    text, prompt_tokens, completion_tokens, cut = self._attempt(client, messages)
             except _Failed as failed:
                 error, rejected, setup = str(failed), failed.rejected, failed.setup
                 if not failed.retry or attempt == self.config.retries:

@@ -23,6 +23,7 @@ import difflib
 import json
 import math
 import re
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,12 +91,16 @@ class LlmMutator:
         # fitness); the search reports each measurement (``measured``), the operator keeps
         # its own books
         self.pending: dict[tuple[str, str], tuple[PatchGene, float]] = {}
-        # The catalogue the prompts show: the store's as the run found it, plus this run's
-        # own tallies (label -> [attempts, successes, gain sum]). Both are checkpointed, so a
-        # resumed run shows what the interrupted one showed, whatever it wrote to the store
-        # after its last checkpoint.
+        # The catalogue the prompts show: the store's as the run found it, plus the
+        # kernel's own tallies in this run (kernel -> label -> [attempts, successes, gain
+        # sum]; not other kernels', which kernels searched at once would make a matter of
+        # timing). Both are checkpointed, so a resumed run shows what the interrupted one
+        # showed, whatever it wrote to the store after its last checkpoint.
         self.methods_base = store.top_methods(METHODS_SNAPSHOT) if store is not None else []
-        self.own_methods: dict[str, list] = {}
+        self.own_methods: dict[str, dict[str, list]] = {}
+        # Kernels searched at once ([run] jobs) share this operator: its books change under
+        # one lock, released while the client waits for answers.
+        self._books = threading.RLock()
 
     def check(self) -> None:
         """Fail early (one clear line) when the LLM cannot be used: no key, no openai, an
@@ -117,7 +122,7 @@ class LlmMutator:
                                        if not any(f.startswith(f"{g}: ") for g in quoted)]
         context = build_mutate_context(spec, genome, view.baseline, view.current,
                                        view.best_genome, None, failures,
-                                       [] if explore else self._methods(),
+                                       [] if explore else self._methods(spec.name),
                                        best=view.best, arch=self.arch, history=history,
                                        history_left_out=left_out,
                                        known={} if explore else view.known,
@@ -141,39 +146,43 @@ class LlmMutator:
         the requests sent together (``LlmClient.complete_many``), then one repair each
         where the patch did not apply or assemble, also together. Every prompt is written
         before any answer is read, so what a run asks does not depend on timing."""
-        prompts = []
-        for genome, view, mode, other in asks:
-            purpose = "crossover" if other is not None else "mutate"
-            self.counts[purpose if other is not None else f"mode_{mode}"] += 1  # KINDS_ASKED
-            if self.ncu_every and self.asked[spec.name] % self.ncu_every == 0:
-                self.profile(spec, view.best_genome or genome)
-            self.asked[spec.name] += 1
-            prompts.append((self.messages(spec, genome, view, mode, other), purpose))
+        with self._books:
+            prompts = []
+            for genome, view, mode, other in asks:
+                purpose = "crossover" if other is not None else "mutate"
+                self.counts[purpose if other is not None else f"mode_{mode}"] += 1  # KINDS_ASKED
+                if self.ncu_every and self.asked[spec.name] % self.ncu_every == 0:
+                    self.profile(spec, view.best_genome or genome)
+                self.asked[spec.name] += 1
+                prompts.append((self.messages(spec, genome, view, mode, other), purpose))
+        replies = self.client.complete_many(prompts)
         children: list[Genome | None] = [None] * len(asks)
         repairs = []  # (index, genome, view, the repair prompt)
-        for i, ((genome, view, _, _), reply) in enumerate(
-                zip(asks, self.client.complete_many(prompts))):
-            if reply.ok:
-                self._learn(spec.name, reply.text)
-            gene = _patch_gene(reply.text) if reply.ok else None
-            if gene is None:
-                self.counts["no_patch" if reply.ok else "call_failed"] += 1
-                if reply.truncated:  # cut at [llm] max_tokens: not the model's format to correct
-                    self.counts["cut"] += 1
-                elif reply.ok:
-                    self.history.add(spec.name, str(genome), "no_edit")
-                continue
-            self.counts["proposed"] += 1
-            child, problem, stage, patched = self._check(spec, genome, gene)
-            if not problem:
-                children[i] = self._pending(spec, child, view)
-                continue
-            current_ptx = apply_genome(spec.ptx_text(), genome, spec.launch).ptx
-            repair = build_repair_context(spec, current_ptx, gene, problem, stage=stage,
-                                          patched_ptx=patched, arch=self.arch)
-            repairs.append((i, genome, view, (self.prompts.messages("repair", repair), "repair")))
-        if repairs:  # one repair attempt each
-            replies = self.client.complete_many([prompt for *_, prompt in repairs])
+        with self._books:
+            for i, ((genome, view, _, _), reply) in enumerate(zip(asks, replies)):
+                if reply.ok:
+                    self._learn(spec.name, reply.text)
+                gene = _patch_gene(reply.text) if reply.ok else None
+                if gene is None:
+                    self.counts["no_patch" if reply.ok else "call_failed"] += 1
+                    if reply.truncated:  # cut at [llm] max_tokens: not the model's format to correct
+                        self.counts["cut"] += 1
+                    elif reply.ok:
+                        self.history.add(spec.name, str(genome), "no_edit")
+                    continue
+                self.counts["proposed"] += 1
+                child, problem, stage, patched = self._check(spec, genome, gene)
+                if not problem:
+                    children[i] = self._pending(spec, child, view)
+                    continue
+                current_ptx = apply_genome(spec.ptx_text(), genome, spec.launch).ptx
+                repair = build_repair_context(spec, current_ptx, gene, problem, stage=stage,
+                                              patched_ptx=patched, arch=self.arch)
+                repairs.append((i, genome, view, (self.prompts.messages("repair", repair), "repair")))
+        if not repairs:
+            return children
+        replies = self.client.complete_many([prompt for *_, prompt in repairs])  # one each
+        with self._books:
             for (i, genome, view, _), reply in zip(repairs, replies):
                 self.counts["repairs"] += 1
                 gene = _patch_gene(reply.text) if reply.ok else None
@@ -195,11 +204,12 @@ class LlmMutator:
     def measured(self, kernel: str, key: str, result: Measurement) -> None:
         """The search measured genome ``key`` (``Genome.effective().dumps()``): if it is a
         child this operator wrote, count how its patch did (``record``)."""
-        found = self.pending.pop((kernel, key), None)
-        if found is not None:
-            patch, parent_fitness = found
-            self.record(kernel, patch, result, parent_fitness,
-                        genome=Genome.from_json(json.loads(key)))
+        with self._books:
+            found = self.pending.pop((kernel, key), None)
+            if found is not None:
+                patch, parent_fitness = found
+                self.record(kernel, patch, result, parent_fitness,
+                            genome=Genome.from_json(json.loads(key)))
 
     def _learn(self, kernel: str, text: str) -> None:
         """Keep the answer's LESSON line (the LLM's insight) for the kernel's next prompts."""
@@ -256,7 +266,7 @@ class LlmMutator:
         if known or not result.valid:  # a rejection counts against the method either way
             if self.store is not None:
                 self.store.record_method(label, kernel, faster, gain)
-            tally = self.own_methods.setdefault(label, [0, 0, 0.0])
+            tally = self.own_methods.setdefault(kernel, {}).setdefault(label, [0, 0, 0.0])
             tally[0] += 1
             tally[1] += int(faster)
             tally[2] += gain
@@ -272,43 +282,50 @@ class LlmMutator:
     def stats(self) -> dict:
         """The checkpoint's ``llm``: counters and patch stages, and in ``state`` what a
         resumed run needs (draw counts, the patch history, the method catalogue)."""
-        out = {**self.client.stats(), **{k: self.counts[k] for k in
-                                         (*STAGES, *KINDS_ASKED, "repairs", "no_patch",
-                                          "call_failed", "cut")}}
-        out["ncu_passes"] = self.counts["ncu_passes"]
-        out["state"] = {**out["state"], "history": self.history.to_json(),
-                        "ncu": dict(sorted(self.ncu.items())), "asked": dict(self.asked),
-                        "lessons": dict(sorted(self.lessons.items())),
-                        "methods": {"base": self.methods_base,
-                                    "own": {k: list(v) for k, v in
-                                            sorted(self.own_methods.items())}}}
-        return out
+        with self._books:
+            out = {**self.client.stats(), **{k: self.counts[k] for k in
+                                             (*STAGES, *KINDS_ASKED, "repairs", "no_patch",
+                                              "call_failed", "cut")}}
+            out["ncu_passes"] = self.counts["ncu_passes"]
+            out["state"] = {**out["state"], "history": self.history.to_json(),
+                            "ncu": dict(sorted(self.ncu.items())), "asked": dict(self.asked),
+                            "lessons": dict(sorted(self.lessons.items())),
+                            "methods": {"base": self.methods_base,
+                                        "own": {kernel: {k: list(v) for k, v in sorted(own.items())}
+                                                for kernel, own in sorted(self.own_methods.items())}}}
+            return out
 
     def restore(self, data: dict) -> None:
         """Continue from a checkpoint (client counters and draws, stages, history)."""
-        self.client.restore_stats(data)
-        for k in (*STAGES, *KINDS_ASKED, "repairs", "no_patch", "call_failed", "cut"):
-            self.counts[k] = data.get(k, 0)
-        state = data.get("state") if isinstance(data.get("state"), dict) else {}
-        self.history.restore(state.get("history"))
-        self.counts["ncu_passes"] = data.get("ncu_passes", 0)
-        self.ncu = {k: v for k, v in (state.get("ncu") or {}).items() if isinstance(v, dict)}
-        self.asked = Counter({k: int(v) for k, v in (state.get("asked") or {}).items()})
-        self.lessons = {k: [str(x) for x in v][:LESSONS]
-                        for k, v in (state.get("lessons") or {}).items() if isinstance(v, list)}
-        methods = state.get("methods")
-        if isinstance(methods, dict):  # older checkpoints have none: keep the fresh snapshot
-            self.methods_base = [dict(m) for m in methods.get("base", []) if isinstance(m, dict)]
-            self.own_methods = {k: [int(v[0]), int(v[1]), float(v[2])]
-                                for k, v in methods.get("own", {}).items()
-                                if isinstance(v, list) and len(v) == 3}
+        with self._books:
+            self.client.restore_stats(data)
+            for k in (*STAGES, *KINDS_ASKED, "repairs", "no_patch", "call_failed", "cut"):
+                self.counts[k] = data.get(k, 0)
+            state = data.get("state") if isinstance(data.get("state"), dict) else {}
+            self.history.restore(state.get("history"))
+            self.counts["ncu_passes"] = data.get("ncu_passes", 0)
+            self.ncu = {k: v for k, v in (state.get("ncu") or {}).items() if isinstance(v, dict)}
+            self.asked = Counter({k: int(v) for k, v in (state.get("asked") or {}).items()})
+            self.lessons = {k: [str(x) for x in v][:LESSONS]
+                            for k, v in (state.get("lessons") or {}).items() if isinstance(v, list)}
+            methods = state.get("methods")
+            if isinstance(methods, dict):  # older checkpoints have none: keep the fresh snapshot
+                self.methods_base = [dict(m) for m in methods.get("base", []) if isinstance(m, dict)]
+                own = methods.get("own", {})
+                if any(isinstance(v, list) for v in own.values()):  # before per-kernel tallies
+                    own = {"": own}  # the run's, shown on every kernel as they were
+                self.own_methods = {kernel: {k: [int(v[0]), int(v[1]), float(v[2])]
+                                             for k, v in tallies.items()
+                                             if isinstance(v, list) and len(v) == 3}
+                                    for kernel, tallies in own.items() if isinstance(tallies, dict)}
 
-    def _methods(self) -> list[dict]:
-        """``Store.top_methods`` rows: the run's snapshot merged with its own tallies."""
+    def _methods(self, kernel: str) -> list[dict]:
+        """``Store.top_methods`` rows: the run's snapshot merged with the kernel's tallies."""
         rows = {m["label"]: [m.get("attempts", 0), m.get("successes", 0),
                              m.get("mean_gain", 0.0) * m.get("successes", 0)]
                 for m in self.methods_base if isinstance(m.get("label"), str)}
-        for label, (attempts, successes, gain_sum) in self.own_methods.items():
+        own = [*self.own_methods.get("", {}).items(), *self.own_methods.get(kernel, {}).items()]
+        for label, (attempts, successes, gain_sum) in own:
             row = rows.setdefault(label, [0, 0, 0.0])
             row[0], row[1], row[2] = row[0] + attempts, row[1] + successes, row[2] + gain_sum
         return [{"label": k, "attempts": a, "successes": n, "mean_gain": g / n if n else 0.0}
