@@ -184,21 +184,11 @@ def measure(spec_or_name, genome=None, *, backend: str = "auto", store: str | Pa
     ``store``: the measurement store (default ``$EVO_STORE`` or runs/store.sqlite;
     ``":memory:"`` keeps nothing). A static figure that assembled has ``valid`` None, not
     True: no GPU ran the kernel, so its output was not checked (``unchecked``)."""
-    from harness.backends import make_backend
-    from harness.evaluate import Evaluator
-    from harness.store import Store
+    from evo.kernel_run import one_evaluator
 
     spec, genome = _spec(spec_or_name), _genome(genome)
-    path = str(store if store is not None else os.environ.get("EVO_STORE") or "runs/store.sqlite")
-    if backend == "replay" and path != ":memory:" and not Path(path).is_file():
-        raise EvoError(f"no measurement store at {path} to replay from (store=)")
-    with Store(path) as db, make_backend(backend, store=db, gpus=[gpu], device=device,
-                                         seed=seed) as measurer:
-        evaluator = Evaluator(measurer, db)
-        try:
-            return unchecked(evaluator.evaluate(spec, [genome])[0])
-        finally:
-            evaluator.close()
+    with one_evaluator(backend, store, gpu, device, seed) as (evaluator, _):
+        return unchecked(evaluator.evaluate(spec, [genome])[0])
 
 
 def unchecked(m: Measurement) -> Measurement:

@@ -115,23 +115,18 @@ def cmd_compile(args) -> int:
 def cmd_measure(args) -> int:
     """Measure one variant and the baseline; static estimates are labelled as such, and the
     static backend says that it checked no output (no GPU ran the kernel)."""
-    import os
     import time
 
     from genomes.genome import Genome, load_genome
-    from harness.backends import make_backend
-    from harness.evaluate import Evaluator
-    from harness.store import Store
     from harness.suite import find_kernel
+
+    from evo.kernel_run import one_evaluator, store_path as where
 
     spec = find_kernel(args.kernel)
     genome = load_genome(args.genome) if args.genome else Genome()
-    store_path = args.store or Path(os.environ.get("EVO_STORE") or "runs/store.sqlite")
-    if args.backend == "replay" and not store_path.is_file():
-        raise EvoError(f"no measurement store at {store_path} to replay from (--store or $EVO_STORE)")
-    with Store(store_path) as store, make_backend(args.backend, store=store, gpus=[args.gpu],
-                                                  device=args.device, seed=args.seed) as backend:
-        evaluator = Evaluator(backend, store)
+    store_path = Path(where(args.store))
+    with one_evaluator(args.backend, store_path, args.gpu, args.device,
+                       args.seed) as (evaluator, backend):
         start = time.perf_counter()
         base = evaluator.baseline(spec)
         base_seconds, start = time.perf_counter() - start, time.perf_counter()

@@ -20,6 +20,7 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from genomes.genome import Genome
 from harness.record import Measurement
@@ -75,3 +76,33 @@ class KernelRun:
             yield
         finally:
             self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - start
+
+
+def store_path(store) -> str:
+    """Where measurements are kept: ``store``, else ``$EVO_STORE``, else runs/store.sqlite."""
+    import os
+
+    return str(store if store is not None else os.environ.get("EVO_STORE") or "runs/store.sqlite")
+
+
+@contextlib.contextmanager
+def one_evaluator(backend: str, store, gpu: int = 0, device: str | None = None, seed: int = 0):
+    """(Evaluator, backend) over the store at ``store_path(store)`` for measuring a few
+    genomes outside a run (``evo measure``, ``evo.measure``); closed on exit. A replay
+    needs a store to replay from."""
+    from genomes.errors import EvoError
+    from harness.backends import make_backend
+    from harness.evaluate import Evaluator
+    from harness.store import Store
+
+    path = store_path(store)
+    if backend == "replay" and path != ":memory:" and not Path(path).is_file():
+        raise EvoError(f"no measurement store at {path} to replay from (--store, store= or "
+                       "$EVO_STORE)")
+    with Store(path) as db, make_backend(backend, store=db, gpus=[gpu], device=device,
+                                         seed=seed) as measurer:
+        evaluator = Evaluator(measurer, db)
+        try:
+            yield evaluator, measurer
+        finally:
+            evaluator.close()

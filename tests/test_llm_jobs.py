@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import re
 
+import llm_server as fake
 from conftest import needs_ptxas
 from evo.cli import main
-from llm_server import llm_server, text  # noqa: F401  (the fixture)
+from llm_server import text
+
+llm_server = fake.llm_server  # the fixture
 
 KEY = "sk-test-0123456789abcdef"
 KERNELS = ("gemm_tile_4x6x8", "gemm_tile_4x4x4", "gemm_tile_2x4x4")
