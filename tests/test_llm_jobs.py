@@ -16,7 +16,7 @@ from llm_server import text
 llm_server = fake.llm_server  # the fixture
 
 KEY = "sk-test-0123456789abcdef"
-KERNELS = ("gemm_tile_4x6x8", "gemm_tile_4x4x4", "gemm_tile_2x4x4")
+KERNELS = ("gemm_tile_2x2x2", "gemm_tile_4x4x4", "gemm_tile_2x4x4")
 
 
 def _answer(body: dict):
