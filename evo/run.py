@@ -215,7 +215,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
                 spent.add("exact", start)
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             start = time.perf_counter()
-            with turns.alone():
+            with turns.checks():  # beside other kernels' checks, never beside a timing
                 _check_finalist(spec, result, saved, ledger.events)
             spent.add("finalist check", start)
             ledger.save()

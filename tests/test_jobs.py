@@ -148,3 +148,50 @@ def test_a_step_alone_on_the_gpu_waits_for_measurements_and_holds_new_ones_back(
         t.join(5)
     assert order == ["first starts", "first ends", "finalist starts", "finalist ends",
                      "second starts", "second ends"]
+
+
+def test_finalist_checks_share_the_gpu_with_each_other_and_never_with_a_measurement():
+    """Two checks asked for while a measurement runs start together once it ends; a
+    measurement asked for after them waits for both; a peer's timing is alone."""
+    import threading
+    import time
+
+    from evo.driver import GpuTurns
+
+    turns, order, lock = GpuTurns(), [], threading.Lock()
+    running = {"measure": 0, "check": 0, "alone": 0}
+    overlap = []
+
+    def hold(kind, name, seconds, turn):
+        with turn():
+            with lock:
+                running[kind] += 1
+                overlap.append(dict(running))
+                order.append(f"{name} starts")
+            time.sleep(seconds)
+            with lock:
+                running[kind] -= 1
+                order.append(f"{name} ends")
+
+    def start(kind, name, seconds, turn, after=0.0):
+        time.sleep(after)
+        thread = threading.Thread(target=hold, args=(kind, name, seconds, turn))
+        thread.start()
+        return thread
+
+    threads = [start("measure", "m1", 0.3, turns.shared)]
+    time.sleep(0.05)
+    threads += [start("check", "c1", 0.2, turns.checks), start("check", "c2", 0.2, turns.checks)]
+    time.sleep(0.05)
+    threads += [start("measure", "m2", 0.05, turns.shared), start("alone", "peer", 0.05, turns.alone)]
+    for t in threads:
+        t.join(5)
+    assert order[:2] == ["m1 starts", "m1 ends"]
+    assert set(order[2:4]) == {"c1 starts", "c2 starts"}  # the two checks at once
+    assert order.index("m2 starts") > max(order.index("c1 ends"), order.index("c2 ends"))
+    assert order.index("peer starts") > order.index("m2 ends") or \
+        order.index("m2 starts") > order.index("peer ends")
+    for snapshot in overlap:  # never a measurement beside a check, nor anything beside the peer
+        assert not (snapshot["measure"] and snapshot["check"])
+        assert not snapshot["alone"] or sum(snapshot.values()) == 1
+    assert max(s["check"] for s in overlap) == 2
