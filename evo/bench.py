@@ -45,7 +45,7 @@ from genomes.genome import Genome
 
 from evo import strategies as _registry  # "strategies" is run_bench's argument
 from evo.config import Config
-from evo.driver import each_kernel
+from evo.driver import MemoryLedger, each_kernel
 from evo.kernel_run import KernelRun, Observer
 from evo.rundir import write_atomic
 from evo.search import new_checkpoint, search_kernel
@@ -265,9 +265,8 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
         measuring = KernelRun(spec, evaluator, stop, observers=[curve])
         start = time.perf_counter()
         try:
-            res = search_kernel(kernel, config, measuring.measure, lambda events: None,
-                                new_checkpoint(config), lambda: None, prior=prior, spec=spec,
-                                code_keys=measuring.code_keys)
+            res = search_kernel(measuring, MemoryLedger(new_checkpoint(config)), config,
+                                prior=prior)
         finally:
             evaluator.close()
         seconds = time.perf_counter() - start

@@ -20,8 +20,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
+import dataclasses
 import queue
 import threading
+from collections.abc import Callable
 
 SECTIONS = ("kernels", "priors", "seconds", "reduced")  # the per-kernel entries of a checkpoint
 
@@ -88,6 +90,23 @@ class GpuTurns:
             if waiting[1] != group or group is self.ALONE:
                 return False
         return self._holders == 0 or (group is not self.ALONE and self._group == group)
+
+
+@dataclasses.dataclass
+class MemoryLedger:
+    """A kernel's search kept in memory alone (``evo bench``'s searches, tests): what a
+    ``KernelLedger`` offers a search, with the events in ``kept`` and ``on_save`` called
+    where a run would write the checkpoint."""
+
+    checkpoint: dict
+    on_save: Callable[[], None] = lambda: None
+    kept: list = dataclasses.field(default_factory=list)
+
+    def events(self, events: list[dict]) -> None:
+        self.kept.extend(events)
+
+    def save(self) -> None:
+        self.on_save()
 
 
 class KernelLedger:

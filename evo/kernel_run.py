@@ -51,6 +51,10 @@ class KernelRun:
     observers: list[Observer] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
     def measure(self, genomes: list[Genome]) -> list[Measurement]:
         if self.stop.is_set():  # another kernel's search failed, or the run was interrupted
             raise Stopped(self.spec.name)

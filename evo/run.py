@@ -201,10 +201,8 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         prior = ledger.checkpoint["priors"].get(spec.name)
         start = time.perf_counter()
         measuring = KernelRun(spec, evaluator, stop, turns, [_BarObserver(bar)])
-        result = search_kernel(spec.name, config_k, measuring.measure,
-                               ledger.events, ledger.checkpoint, ledger.save,
-                               on_generation=bar.generation, spec=spec, llm=llm, prior=prior,
-                               code_keys=measuring.code_keys)
+        result = search_kernel(measuring, ledger, config_k, llm=llm, prior=prior,
+                               on_generation=bar.generation)
         saved = ledger.checkpoint["kernels"][spec.name]
         spent = _Seconds(ledger.checkpoint, spec.name, lock)
         spent.add("search", start)

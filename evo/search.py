@@ -252,21 +252,25 @@ class KernelResult:
     confirmed: dict | None = None  # evo.run.confirm's fresh figures, where it ran
 
 
-def search_kernel(kernel: str, config: Config, measure, on_events, checkpoint: dict,
-                  save: Callable[[], None], on_generation=None, *, spec=None,
-                  llm=None, prior: dict | None = None, code_keys=None) -> KernelResult:
+def search_kernel(measuring, ledger, config: Config, *, llm=None, prior: dict | None = None,
+                  on_generation=None) -> KernelResult:
     """Run (or resume) one kernel's search to the end, checkpointing each generation.
 
-    ``checkpoint["kernels"][kernel]`` is read to resume and written after every generation;
-    ``save()`` persists the whole checkpoint. ``prior`` (plain JSON, ``evo.learn``) is what
-    other kernels' results suggest; the caller keeps it fixed across a resume.
-    ``code_keys`` (genomes -> machine code keys, ``Evaluator.code_keys``) lets a strategy
-    tell apart genomes that assemble alike before it spends trials on them.
+    ``measuring`` is how the kernel is measured (``evo.kernel_run.KernelRun``: its
+    ``name``, ``spec``, ``measure(genomes)`` and ``code_keys(genomes)``, which tells
+    genomes that assemble alike apart before a strategy spends trials on them, or None);
+    ``ledger`` is where the search is kept (``evo.driver.KernelLedger``, or
+    ``MemoryLedger``): ``ledger.checkpoint["kernels"][name]`` is read to resume and
+    written after every generation, ``ledger.events(...)`` takes the events and
+    ``ledger.save()`` persists both. ``prior`` (plain JSON, ``evo.learn``) is what other
+    kernels' results suggest; the caller keeps it fixed across a resume. ``llm``: the LLM
+    operator, where on; ``on_generation(event)``: progress.
     """
+    kernel, checkpoint, on_events = measuring.name, ledger.checkpoint, ledger.events
     strategy = strategies.get(config.run.strategy)
     search = KernelSearch(kernel, config, random.Random(kernel_seed(config.run.seed, kernel)),
-                          measure, on_events, llm=llm, spec=spec, prior=prior,
-                          code_keys=code_keys)
+                          measuring.measure, on_events, llm=llm, spec=measuring.spec,
+                          prior=prior, code_keys=measuring.code_keys)
     saved = checkpoint["kernels"].get(kernel)
     state = search.restore(saved) if saved else strategy.start(search)
     while not strategy.finished(state, search):
@@ -276,11 +280,11 @@ def search_kernel(kernel: str, config: Config, measure, on_events, checkpoint: d
         # The event before the checkpoint, so the checkpoint covers it (``events_bytes``):
         # a kill between the two is undone on resume, which repeats the generation.
         on_events(events)
-        save()
+        ledger.save()
         if on_generation:
             on_generation(events[0])
     checkpoint["kernels"][kernel] = search.to_json(state, done=True)
-    save()
+    ledger.save()
     genome_json, _ = strategy.best(state)
     best_key = Genome.from_json(genome_json).effective().dumps()
     return KernelResult(kernel, search.known.get(Genome().dumps()), genome_json,

@@ -68,3 +68,11 @@ def pytest_runtest_setup(item):
 
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None and not (
     __import__("importlib").util.find_spec("nvidia") is not None), reason="ptxas not found")
+
+
+def measuring(kernel: str, measure, code_keys=None, spec=None):
+    """What ``evo.search.search_kernel`` measures through, from plain functions: a
+    ``KernelRun``'s shape (``name``, ``spec``, ``measure``, ``code_keys``) for fake measures."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=kernel, spec=spec, measure=measure, code_keys=code_keys)

@@ -14,6 +14,8 @@ import pytest
 from deap import tools
 
 from evo.config import Config
+from conftest import measuring
+from evo.driver import MemoryLedger
 from evo.search import KernelSearch, new_checkpoint, search_kernel
 from evo.strategies import evolve
 from evo.strategies.evolve import Individual, toolbox
@@ -166,7 +168,7 @@ def test_the_search_neither_reads_nor_moves_the_global_generator():
     _, quiet, _ = run(config)
     random.seed(12)
     ckpt = new_checkpoint(config)
-    search_kernel("k", config, noisy("k"), lambda e: None, ckpt, lambda: None)
+    search_kernel(measuring("k", noisy("k")), MemoryLedger(ckpt), config)
     assert ckpt["kernels"]["k"] == quiet["kernels"]["k"]
     # The global generator moved by the measure's own draws only.
     ref = random.Random(12)

@@ -9,8 +9,9 @@ import random
 
 import pytest
 
-from conftest import needs_ptxas
+from conftest import measuring, needs_ptxas
 from evo.learn.cost import CostModel, rank_correlation
+from evo.driver import MemoryLedger
 from evo.search import new_checkpoint, search_kernel
 from genomes.variation import gene_alphabet
 from harness.record import Measurement
@@ -92,8 +93,8 @@ def test_screening_measures_better_children():
     def children(screen: int, seed: int) -> list[float]:
         config = cfg(generations=6, pop=5, seed=seed, screen=screen)
         events: list[dict] = []
-        search_kernel("k", config, landscape_measure("k"), events.extend,
-                      new_checkpoint(config), lambda: None)
+        search_kernel(measuring("k", landscape_measure("k")),
+                      MemoryLedger(new_checkpoint(config), kept=events), config)
         return [e["cycles"] for e in events
                 if e["type"] == "eval" and e["generation"] >= 2 and e.get("cycles")]
 

@@ -8,6 +8,8 @@ import random
 
 from evo.config import Config
 from evo.learn.steer import favoured_genes, gene_drawer, seed_genomes, untried_genes
+from conftest import measuring
+from evo.driver import MemoryLedger
 from evo.search import new_checkpoint, search_kernel
 from genomes.genome import Genome, parse_inline
 from evo.learn.priors import gene_key
@@ -110,8 +112,8 @@ def test_generation_one_tries_an_untried_gene_on_the_first_seed():
     prior = dict(PRIOR, evidence=known)
     config = cfg(generations=1)
     events: list[dict] = []
-    search_kernel("reduce_sum", config, fake_measure("reduce_sum"), events.extend,
-                  new_checkpoint(config), lambda: None, spec=spec, prior=prior)
+    search_kernel(measuring("reduce_sum", fake_measure("reduce_sum"), spec=spec),
+                  MemoryLedger(new_checkpoint(config), kept=events), config, prior=prior)
     first = first_generation(events)
     assert first[:4] == ["(baseline)", "vec_ld(width=4),vec_st(width=4)", "vec_ld(width=4)",
                          "maxnreg(n=128),vec_ld(width=4)"]
@@ -119,6 +121,6 @@ def test_generation_one_tries_an_untried_gene_on_the_first_seed():
     # a thin prior (most genes untried) keeps its seeds: the draw's doubt covers the rest
     thin = dict(PRIOR, evidence={})
     events.clear()
-    search_kernel("reduce_sum", config, fake_measure("reduce_sum"), events.extend,
-                  new_checkpoint(config), lambda: None, spec=spec, prior=thin)
+    search_kernel(measuring("reduce_sum", fake_measure("reduce_sum"), spec=spec),
+                  MemoryLedger(new_checkpoint(config), kept=events), config, prior=thin)
     assert first_generation(events)[4] == "vec_st(width=4)"

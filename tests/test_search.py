@@ -13,6 +13,8 @@ import json
 import pytest
 
 from evo.config import Config
+from conftest import measuring
+from evo.driver import MemoryLedger
 from evo.search import new_checkpoint, search_kernel
 from genomes.genome import Genome
 from harness.record import Measurement
@@ -57,8 +59,8 @@ def run(config: Config, checkpoint: dict | None = None, stop_after: int | None =
             raise Stop
 
     try:
-        result = search_kernel("k", config, measure or fake_measure("k"), events.extend,
-                               checkpoint, save, code_keys=code_keys, prior=prior)
+        result = search_kernel(measuring("k", measure or fake_measure("k"), code_keys),
+                               MemoryLedger(checkpoint, save, events), config, prior=prior)
     except Stop:
         return None, saves[-1], events
     return result, checkpoint, events
@@ -238,8 +240,7 @@ def test_sweep_init_measures_every_gene_then_stacks_the_best_per_group():
 
     config = cfg(generations=1, pop=5).override("evolve", init="sweep")
     checkpoint = new_checkpoint(config)
-    result = search_kernel("k", config, additive_measure, lambda events: None, checkpoint,
-                           lambda: None)
+    result = search_kernel(measuring("k", additive_measure), MemoryLedger(checkpoint), config)
     known = checkpoint["kernels"]["k"]["known"]
     # the baseline, every gene alone, and the stacks of 2, 3 and 4 group winners
     assert result.evals == 1 + len(gene_alphabet()) + 3
