@@ -119,3 +119,28 @@ def test_the_outputs_line_and_the_model_checks_say_how_close():
     verdict["checks"][k["source"]["kernel"]] = [{"agree": False, "bitwise": False,
                                                  "max_abs_err": 3.0, "worst": "out_ptr0: 7 of 9"}]
     assert "| DIFFERS: out_ptr0: 7 of 9" in report(verdict, manifest, choices)
+
+
+@needs_ptxas
+def test_the_plan_assembles_for_the_gpu_the_program_compiled_for(tmp_path):
+    """A capture from an A100 (PTX .target sm_80) is installed as an sm_80 cubin, not as
+    evo's default sm_90, which an A100 would refuse to load."""
+    import shutil
+
+    cap = tmp_path / "cap"
+    shutil.copytree(DECODER, cap)
+    first = capture.read(cap)["kernels"][0]
+    ptx = first["kernel_spec"].ptx_text()
+    sm80 = ptx.replace(".target sm_90a", ".target sm_80")
+    assert sm80 != ptx
+    ptx_file = next(p for p in (cap / "kernels").rglob("*.ptx") if p.read_text() == ptx)
+    ptx_file.write_text(sm80)
+    run = tmp_path / "run"
+    (run / "best").mkdir(parents=True)
+    (run / "checkpoint.json").write_text(json.dumps({"kernels": {}}))
+    best = apply_genome(sm80, parse_inline("maxnreg(n=32)")).ptx
+    (run / "best" / f"{first['kernel_spec'].name}.ptx").write_text(best)
+    choice = {c.name: c for c in plan(cap, run)}[first["name"]]
+    assert choice.cubin, choice.reason
+    # a CUDA ELF's e_flags hold the SM version in bits 8-15 (0x50: sm_80, 0x5a: sm_90)
+    assert (int.from_bytes(choice.cubin[48:52], "little") >> 8) & 0xFF == 80

@@ -51,6 +51,7 @@ def _sha(text: str) -> str:
 
 def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
     """One Choice per kernel of the capture (module docstring)."""
+    from evo.llm.occupancy import ptx_target
     from evo.model.capture import read
     from genomes.genome import Genome
     from harness.compile import compile_ptx
@@ -94,7 +95,9 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
                 choice.reason = ("its genome changes the launch (grid/block), which Inductor "
                                  "computes itself")
                 continue
-        compiled = compile_ptx(text, arch=arch) if arch else compile_ptx(text)
+        # for the GPU the program compiled it for (Triton writes its .target: sm_80 on an
+        # A100, whose cubins an sm_90 cubin would not load on), unless told otherwise
+        compiled = compile_ptx(text, arch=arch or ptx_target(captured) or "sm_90")
         if not compiled.ok:
             choice.reason = f"ptxas refused the best PTX: {compiled.error}"
             continue
