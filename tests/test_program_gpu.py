@@ -90,6 +90,7 @@ def test_a_right_variant_agrees_in_the_program_and_a_wrong_one_is_caught(capture
     assert out.count("on 3 launch(es)") == len(m["kernels"]), out
     assert "checksum" in out  # the program ran to its end, with the evolved kernels
     assert "in the program:" not in out  # 4 launches: all checked, none left to time
+    assert f"next: in the program, import evo; evo.install(model={cap!r}, run={right!r})" in out
     # a wrong variant: the first float add of every kernel made a subtract
     wrong = _run_with(root, m, "wrong", lambda ptx: ptx.replace("add.f32", "sub.f32", 1))
     assert main(["verify", "--model", cap, "--run", wrong, "--", "python", str(app), "4"]) == 1

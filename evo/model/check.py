@@ -268,6 +268,8 @@ def cmd_verify(args) -> int:
         return 1
     if unchecked:
         print(f"evo verify: {unchecked} installed kernel(s) were not checked", file=sys.stderr)
+    print(f"next: in the program, import evo; evo.install(model={str(args.model)!r}, "
+          f"run={str(args.run)!r})")
     return 0
 
 
