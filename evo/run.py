@@ -19,6 +19,12 @@ import tomllib
 from contextlib import contextmanager
 from pathlib import Path
 
+from genomes.errors import EvoError
+from genomes.genome import Genome, apply_genome
+from harness.peers import peer_or_reason
+from harness.spec import KernelSpec, with_caches
+from harness.suite import find_kernel, list_kernels
+
 from evo import config as config_mod
 from evo import report, runmeta, strategies
 from evo.config import Config
@@ -29,11 +35,6 @@ from evo.learn import source as learn_source
 from evo.progress import Progress
 from evo.rundir import RunDir, RunDirError, default_name
 from evo.search import check_resumable, new_checkpoint, search_kernel
-from genomes.errors import EvoError
-from genomes.genome import Genome, apply_genome
-from harness.peers import peer_or_reason
-from harness.spec import KernelSpec, with_caches
-from harness.suite import find_kernel, list_kernels
 
 
 def resolve_suite(patterns: list[str]) -> list[KernelSpec]:

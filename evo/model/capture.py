@@ -30,8 +30,9 @@ import json
 import os
 from pathlib import Path
 
-from evo.model.hook import LaunchHook
 from genomes.errors import EvoError
+
+from evo.model.hook import LaunchHook
 
 MANIFEST = "manifest.json"
 FORMAT = 1  # manifest format version

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import sys
 
-from evo.model.hook import LaunchHook, mean_us, timing_events
 from genomes.errors import EvoError
+
+from evo.model.hook import LaunchHook, mean_us, timing_events
 
 CHECKS = 3  # launches of each installed kernel checked against the program's own code
 TIMED = 10  # launches of each installed kernel timed per code after its checked ones

@@ -27,8 +27,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from evo.model.hook import LaunchHook
 from genomes.errors import EvoError
+
+from evo.model.hook import LaunchHook
 
 
 @dataclasses.dataclass
@@ -51,10 +52,11 @@ def _sha(text: str) -> str:
 
 def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
     """One Choice per kernel of the capture (module docstring)."""
-    from evo.llm.occupancy import ptx_target
-    from evo.model.capture import read
     from genomes.genome import Genome
     from harness.compile import compile_ptx
+
+    from evo.llm.occupancy import ptx_target
+    from evo.model.capture import read
 
     run = Path(run_dir)
     if not (run / "checkpoint.json").is_file():

@@ -30,8 +30,9 @@ import sys
 import traceback
 from pathlib import Path
 
-from evo.model.hook import GraphWatch, LaunchHook, mean_us, timing_events
 from genomes.errors import EvoError, RuntimeFailure
+
+from evo.model.hook import GraphWatch, LaunchHook, mean_us, timing_events
 
 TIMED = 20  # launches timed per kernel and arguments; the rest count at their mean
 USAGE = "evo capture --out DIR -- python app.py [ARGS]"
