@@ -13,7 +13,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from evo import commands, exit_codes, strategies
+from evo import commands, exit_codes, store_commands, strategies
 from evo.config import Config
 from evo.model import check as model_check
 from evo.strategies import NAMES as STRATEGIES
@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "baseline), shared by every genome of the same code")
     p.add_argument("--device", help="forget: on this device only (default: every device)")
     _json_flag(p, "stats: ")
-    p.set_defaults(func=commands.cmd_store)
+    p.set_defaults(func=store_commands.cmd_store)
 
     p = command("priors", "build or inspect priors: what genes did on other kernels (for "
                           "evo run --priors)")
@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude", metavar="KERNELS", default="",
                    help="comma-separated kernels left out (leave-one-out)")
     p.add_argument("--kernel", metavar="KERNEL", help="show: the prior this kernel would get")
-    p.set_defaults(func=commands.cmd_priors)
+    p.set_defaults(func=store_commands.cmd_priors)
 
     p = command("show", "table of a run's kernels: baseline, best, speedup, genome")
     p.add_argument("run", type=Path, metavar="RUN", help="a run folder (runs/<name>)")

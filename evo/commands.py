@@ -24,7 +24,7 @@ def cmd_transforms(args) -> int:
         return json_output.emit(json_output.transforms_doc())
     rows = [(t.name, t.group or "-", " ".join(p.describe() for p in t.params) or "-",
              t.summary) for t in transforms.registry().values()]
-    _print_table(("transform", "group", "params", "what it does"), rows)
+    print_table(("transform", "group", "params", "what it does"), rows)
     aliases = ", ".join(f"{a}={t}({','.join(f'{k}={v}' for k, v in p.items())})"
                         for a, (t, p) in sorted(transforms.ALIASES.items()))
     print(f"\naliases: {aliases}")
@@ -38,7 +38,7 @@ def cmd_kernels(args) -> int:
         return json_output.emit(json_output.kernels_doc())
     rows = [(k.name, "x".join(map(str, k.grid)), "x".join(map(str, k.block)), k.timing,
              k.description) for k in list_kernels()]
-    _print_table(("kernel", "grid", "block", "timer", "description"), rows)
+    print_table(("kernel", "grid", "block", "timer", "description"), rows)
     return exit_codes.OK
 
 
@@ -356,101 +356,6 @@ def cmd_bench(args) -> int:
     return exit_codes.OK
 
 
-def cmd_store(args) -> int:
-    from harness.store import Store
-
-    if args.json and args.action != "stats":
-        raise EvoError(f"--json goes with evo store stats, not {args.action}")
-    if args.action in ("check", "repair"):
-        return _store_check_or_repair(args.path, args.action == "repair")
-    filters = {"kernel": args.kernel, "reason": args.reason, "genome": args.genome,
-               "device": args.device}
-    if args.action != "forget" and any(v is not None for v in filters.values()):
-        raise EvoError(f"--kernel, --reason, --genome and --device go with evo store forget, "
-                       f"not {args.action}")
-    if args.action == "forget":
-        return _store_forget(args.path, filters)
-    if args.action == "stats" and not args.path.is_file():
-        raise EvoError(f"no such measurement store: {args.path}")
-    if args.action == "merge" and not args.sources:
-        raise EvoError("evo store merge PATH SRC...: name at least one store to merge in")
-    with Store(args.path) as store:
-        for src in args.sources if args.action == "merge" else ():
-            added = store.merge_from(src)
-            print(f"{src}: {added['measurements']} measurements, {added['ptx_index']} PTX links added")
-        rows = store.summary()
-    if args.json:
-        return json_output.emit(json_output.store_stats_doc(args.path, rows))
-    _print_table(("device", "kernel", "measurements", "valid"), rows)
-    return exit_codes.OK
-
-
-def _store_forget(path: Path, filters: dict) -> int:
-    from evo.learn.observe import genome_text
-    from genomes.genome import parse_inline
-    from harness.store import Store
-
-    if not path.is_file():
-        raise EvoError(f"no such measurement store: {path}")
-    if filters["genome"] is not None:  # the text the store links genomes under
-        filters["genome"] = genome_text(parse_inline(filters["genome"]))
-    with Store(path) as store:
-        gone = store.forget(**filters)
-    said = ", ".join(f"{k} {v!r}" for k, v in filters.items() if v is not None)
-    print(f"{path}: forgot {gone['measurements']} results ({gone['ptx_links']} PTX links, "
-          f"{gone['genome_links']} genome links) matching {said}")
-    return exit_codes.OK
-
-
-def _store_check_or_repair(path: Path, repair: bool) -> int:
-    from harness.store_repair import check_or_repair
-
-    code, lines = check_or_repair(path, repair)
-    print("\n".join(lines))
-    return exit_codes.OK if code == 0 else exit_codes.FAILURE
-
-
-def cmd_priors(args) -> int:
-    """build: a knowledge base from stores (or priors files) -> FILE; show: what one holds."""
-    from evo.learn import priors as priors_mod
-    from evo.learn.source import kb_from_paths
-
-    exclude = {k.strip() for k in args.exclude.split(",") if k.strip()}
-    if args.action == "build":
-        if not args.output:
-            raise EvoError("evo priors build STORE... -o FILE: name the file to write")
-        kb = kb_from_paths(args.paths, exclude, args.device)
-        priors_mod.save_kb(kb, args.output)
-        import collections
-
-        per_device = collections.Counter(e["device"] for e in kb["kernels"])
-        for device, count in sorted(per_device.items()):
-            print(f"{device}: {count} kernels")
-        print(f"wrote {args.output} ({len(kb['kernels'])} kernels"
-              f"{', without ' + ', '.join(sorted(exclude)) if exclude else ''})")
-        return exit_codes.OK
-    kb = kb_from_paths(args.paths, exclude, None)
-    if not args.kernel:
-        _print_table(("device", "kernel", "results", "best genome"),
-                     [(e["device"], e["kernel"], e["n"], e["best"][0][0] if e["best"] else "-")
-                      for e in kb["kernels"]])
-        return exit_codes.OK
-    from evo.learn.source import kernel_prior
-    from harness.suite import find_kernel
-
-    spec = find_kernel(args.kernel)
-    device = args.device or (kb["kernels"][0]["device"] if kb["kernels"] else "static")
-    prior = kernel_prior(kb, spec, device, exclude)
-    print(f"prior for {spec.name} on {device} (its own results and {len(exclude)} excluded "
-          f"kernels left out)")
-    print("nearest: " + ", ".join(f"{k} ({w:.2f})" for k, _, w in prior["neighbors"][:5]))
-    _print_table(("gene", "expected log-speedup", "evidence"),
-                 [(k, f"{v:+.3f}", f"{prior['evidence'][k]:.2f}")
-                  for k, v in sorted(prior["genes"].items(), key=lambda kv: -kv[1])])
-    print("seeds: " + "; ".join(prior["seeds"]))
-    return exit_codes.OK
-
-
 def cmd_show(args) -> int:
     import tomllib
 
@@ -499,7 +404,7 @@ def _progress(quiet: bool):
     return (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr))
 
 
-def _print_table(header: tuple[str, ...], rows: list[tuple]) -> None:
+def print_table(header: tuple[str, ...], rows: list[tuple]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     for row in (header, *rows):
         cells = [str(x).ljust(w) for x, w in zip(row, widths)]
