@@ -266,6 +266,8 @@ def cmd_run(args) -> int:
 
     print(render_table(results))  # -q silences progress, never the answer
     print(f"\nrun folder: {rundir.path} (evo show / evo plot {rundir.path})")
+    if args.model:  # a capture's kernels: back into the program they came from
+        print(f"next: evo verify --model {args.model} --run {rundir.path} -- python app.py ARGS")
     failed = [r.kernel for r in results if not (r.baseline or {}).get("valid")]
     if failed:  # the others ran and are reported; the run as a whole did not succeed
         print(f"evo: error: the baseline of {', '.join(failed)} failed (the table says why); "

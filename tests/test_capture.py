@@ -144,8 +144,10 @@ def test_evo_run_model_evolves_a_captures_kernels_largest_share_first(tmp_path, 
     assert order == [k["name"] for k in capture.read(DECODER)["kernels"]]
     code = main(["run", "--model", str(DECODER), "--backend", "static", "--generations", "1",
                  "--pop", "2", "--out", str(tmp_path / "run"), "--store", str(tmp_path / "s.sqlite"), "-q"])
-    assert code == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert code == 0, out
     assert sorted(p.stem for p in (tmp_path / "run" / "best").glob("*.ptx")) == sorted(order)
+    assert f"next: evo verify --model {DECODER} --run {tmp_path / 'run'}" in out
 
 
 def test_the_arguments_of_a_launch_are_named_without_declared_constexprs():
