@@ -66,6 +66,52 @@ def confirmed(result: KernelResult) -> str:
     return f"{c['baseline']:.0f} -> {c['best']:.0f} ({c['baseline'] / c['best']:.2f}x)"
 
 
+def quoted_speedup(result: KernelResult) -> float | None:
+    """The speedup to quote: measured again back to back where it was, else the search's."""
+    c = result.confirmed
+    if c and c.get("baseline") and c.get("best"):
+        return c["baseline"] / c["best"]
+    return speedup(result)
+
+
+def model_lines(run: RunDir, results: list[KernelResult]) -> list[str]:
+    """For the kernels of capture folders (``evo run --model``): their share of what the
+    capture timed and what the speedups above would take off it (Amdahl on the captured
+    shares): an estimate from evo's timing of each kernel alone, which ``evo verify`` and
+    ``evo.model.roundtrip`` measure in the program."""
+    import tomllib
+    from pathlib import Path
+
+    from evo.model.capture import MANIFEST
+
+    try:
+        suite = tomllib.loads(run.config_text())["run"]["suite"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return []
+    by_name = {r.kernel: r for r in results}
+    lines = []
+    for pattern in suite:
+        path = Path(pattern).expanduser() / MANIFEST
+        if not path.is_file():
+            continue
+        manifest = json.loads(path.read_text())
+        rows = [(k["share"], by_name[k["name"]]) for k in manifest.get("kernels", [])
+                if k["name"] in by_name and k.get("share")]
+        if not rows:
+            continue
+        share = sum(s for s, _ in rows)
+        saved = sum(s * (1 - 1 / x) for s, r in rows if (x := quoted_speedup(r)))
+        static = " (static estimates, not measured)" if any(is_static(r) for _, r in rows) else ""
+        of = manifest.get("share_of", "the step's GPU time")
+        lines.append(f"- {pattern}: the {len(rows)} kernel(s) evolved are {100 * share:.1f} % of "
+                     f"{of}; at the speedups above{static} they would take {100 * saved:.1f} % "
+                     f"of it less ({1 / (1 - saved):.3f}x on it)")
+    if lines:
+        lines.insert(0, "What it would do to the model (each kernel's share of the capture "
+                        "times its speedup; an estimate: `evo verify` times them in the program):")
+    return lines
+
+
 def is_static(result: KernelResult) -> bool:
     return any(s and s.get("timer") == "static" for s in (result.baseline, result.best))
 
@@ -288,7 +334,8 @@ def render_report(run: RunDir, results: list[KernelResult], backend: str,
     if llm:
         lines += [""] + [f"- {line}" for line in llm_lines(llm)]
     checkpoint = run.read_checkpoint() if run.has_checkpoint() else {}
-    for section in (memory_lines(results, checkpoint), exact_lines(checkpoint), finalist_lines(checkpoint),
+    for section in (model_lines(run, results), memory_lines(results, checkpoint),
+                    exact_lines(checkpoint), finalist_lines(checkpoint),
                     reduced_lines(checkpoint), time_lines(checkpoint)):
         if section:
             lines += [""] + section

@@ -148,6 +148,13 @@ def test_evo_run_model_evolves_a_captures_kernels_largest_share_first(tmp_path, 
     assert code == 0, out
     assert sorted(p.stem for p in (tmp_path / "run" / "best").glob("*.ptx")) == sorted(order)
     assert f"next: evo verify --model {DECODER} --run {tmp_path / 'run'}" in out
+    # report.md says what the speedups would do to the model, from the capture's shares
+    report = (tmp_path / "run" / "report.md").read_text()
+    line = next(ln for ln in report.splitlines() if ln.startswith(f"- {DECODER}: the "))
+    manifest = capture.read(DECODER)
+    share = sum(k["share"] for k in manifest["kernels"])
+    assert f"the {len(order)} kernel(s) evolved are {100 * share:.1f} % of the step's GPU time" in line
+    assert "(static estimates, not measured)" in line and "x on it)" in line
 
 
 def test_the_arguments_of_a_launch_are_named_without_declared_constexprs():
