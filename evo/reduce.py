@@ -38,8 +38,7 @@ def reduce_genome(genome: Genome, code_keys) -> tuple[Genome, list]:
     if key is None:
         return current, dropped
     while current.genes:
-        shorter = [Genome(current.genes[:i] + current.genes[i + 1:])
-                   for i in range(len(current.genes))]
+        shorter = current.one_gene_fewer()
         keys = code_keys(shorter)
         same = [i for i, k in enumerate(keys) if k == key]
         if not same:
@@ -59,8 +58,7 @@ def reduce_by_time(genome: Genome, measure, noise: float = NOISE) -> tuple[Genom
         return genome, [], {}
     limit, current, cycles, dropped = m.cycles * (1 + noise), genome, m.cycles, []
     while current.genes:
-        shorter = [Genome(current.genes[:i] + current.genes[i + 1:])
-                   for i in range(len(current.genes))]
+        shorter = current.one_gene_fewer()
         fits = [(r.cycles, i) for i, r in enumerate(measure(shorter))
                 if r.valid and r.cycles and r.cycles <= limit]
         if not fits:

@@ -93,6 +93,10 @@ class Genome:
     def __len__(self) -> int:
         return len(self.genes)
 
+    def one_gene_fewer(self) -> list[Genome]:
+        """Each genome this one is without one of its genes, in gene order."""
+        return [Genome(self.genes[:i] + self.genes[i + 1:]) for i in range(len(self.genes))]
+
     def effective(self) -> Genome:
         """The genes that take effect: the last gene of each conflict group, in order."""
         return Genome(tuple(self.genes[i] for i in _effective_positions(self)))

@@ -388,7 +388,7 @@ def _neighbors(best: Genome, count: int, search, rng) -> list[Genome]:
     if count <= 0:
         return []
     moves = [_put(best, g) for g in search.alphabet()]
-    moves += [Genome(best.genes[:i] + best.genes[i + 1:]) for i in range(len(best.genes))]
+    moves += best.one_gene_fewer()
     for i, g in enumerate(best.genes):
         if not isinstance(g, Gene):  # an LLM patch: no parameters
             continue
