@@ -16,6 +16,7 @@ from pathlib import Path
 from evo import commands, exit_codes, store_commands, strategies
 from evo.config import Config
 from evo.model import check as model_check
+from evo.model import program as model_program
 from evo.strategies import NAMES as STRATEGIES
 from evo.strategies.oracle import KERNELS as ORACLE_KERNELS
 from genomes.errors import EvoError
@@ -401,9 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "share of its GPU time, into a capture folder for evo run --model")
     p.add_argument("-o", "--out", type=Path, required=True, metavar="DIR",
                    help="the capture folder to write (manifest.json, kernels/)")
-    p.add_argument("--timed", type=int, default=20, metavar="N",
+    p.add_argument("--timed", type=int, default=model_program.TIMED, metavar="N",
                    help="launches timed per kernel and argument shapes; the rest count at "
-                        "their mean (default 20)")
+                        f"their mean (default {model_program.TIMED})")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- python app.py [ARGS]",
                    help="the program, as you run it (python app.py ..., python -m pkg ...)")
     p.set_defaults(func=_capture)
