@@ -3,8 +3,8 @@
 An LLM's diff is rarely exact: its line numbers drift, it writes spaces where the PTX has
 tabs, it drops the leading space of context lines. So each hunk (or block) is located by
 its *old* lines (context plus removed lines), compared token by token: whitespace runs,
-tabs against spaces, trailing blanks and blank lines do not matter; any other character
-does. A hunk that cannot be located exactly, or only ambiguously, fails the whole patch
+tabs against spaces, trailing blanks, comments, blank lines and debug directives (``.loc``,
+``.file``: the prompt does not show them) do not matter; any other character does. A hunk that cannot be located exactly, or only ambiguously, fails the whole patch
 with a reason naming it. Nothing is ever skipped or guessed at silently.
 
 Context lines keep the original text verbatim (its indentation, its comments); added lines
@@ -24,6 +24,10 @@ _FENCE = re.compile(r"^[ \t]*(```|~~~)[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*\1[ \t]
 _SEARCH = re.compile(r"^<{5,9}\s*SEARCH\s*$", re.IGNORECASE)
 _DIVIDE = re.compile(r"^={5,9}\s*$")
 _REPLACE = re.compile(r"^>{5,9}\s*REPLACE\s*$", re.IGNORECASE)
+_DEBUG = re.compile(r"^\.(?:loc|file)\s")
+# A line number copied from the prompt's listing ("12\t", or the older "   12 | "): no
+# PTX statement starts with a digit, so a block whose every old line has one lost nothing.
+_GUTTER = re.compile(r"^[ \t]*\d+(?:\t| \| ?)")
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,7 @@ def _parse_search_replace(patch: str) -> list[_Hunk]:
                 search.append(ln)
         elif _REPLACE.match(marker):
             label = f"block {len(hunks) + 1}"
+            search, replace = _ungutter(search, replace)
             hunks.append(_Hunk(label, _search_replace_ops(search, replace), None, True))
             state = "out"
         elif _SEARCH.match(marker) or _DIVIDE.match(marker):
@@ -204,6 +209,10 @@ def _parse_diff(patch: str) -> list[_Hunk]:
 
     def close() -> None:
         if ops:  # a header or "@@" with no lines under it adds nothing
+            old, new = _ungutter([t for k, t in ops if k != "+"], [t for k, t in ops if k == "+"])
+            if old != [t for k, t in ops if k != "+"]:
+                it_old, it_new = iter(old), iter(new)
+                ops[:] = [(k, next(it_new) if k == "+" else next(it_old)) for k, _ in ops]
             hunks.append(_Hunk(f"hunk {len(hunks) + 1}", tuple(ops), line_no))
 
     if not any(ln.startswith(("@@", "--- ")) for ln in lines):
@@ -242,18 +251,35 @@ def _parse_diff(patch: str) -> list[_Hunk]:
 
 def _norm(line: str) -> str:
     """A line reduced to its tokens: whitespace only separates, so tabs/spaces, runs and
-    spaces next to punctuation (``[ %rd1 + 4 ]``) compare equal, while words do not."""
-    return _PUNCT.sub(r"\1", " ".join(line.split()))
+    spaces next to punctuation (``[ %rd1 + 4 ]``) compare equal, while words do not; a
+    trailing comment is not part of it."""
+    return _PUNCT.sub(r"\1", " ".join(line.split("//", 1)[0].split()))
+
+
+def silent(line: str) -> bool:
+    """A line that is not code: blank, a comment, or a debug directive (``.loc``,
+    ``.file``). It never locates an edit, and the LLM's view of the PTX leaves it out."""
+    code = _norm(line)
+    return not code or bool(_DEBUG.match(code))
+
+
+def _ungutter(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
+    """Both sides of a block without the line numbers the LLM copied from the listing,
+    where every old code line carries one (else unchanged)."""
+    code = [t for t in old if t.strip()]
+    if not code or not all(_GUTTER.match(t) for t in code):
+        return old, new
+    return [_GUTTER.sub("", t, count=1) for t in old], [_GUTTER.sub("", t, count=1) for t in new]
 
 
 def _apply_hunk(lines: list[str], hunk: _Hunk, prev_end: int, delta: int
                 ) -> tuple[list[str], int, int]:
     """Apply one hunk to ``lines``; returns (new lines, end of the edit, change in length)."""
-    written = [t for kind, t in hunk.ops if kind != "+" and t.strip()]
+    written = [t for kind, t in hunk.ops if kind != "+" and not silent(t)]
     old = [_norm(t) for t in written]
     if not old:
         raise _PatchError(f"{hunk.label}: no context or removed lines to locate it by")
-    keyed = [i for i, ln in enumerate(lines) if ln.strip()]  # blank lines never matter
+    keyed = [i for i, ln in enumerate(lines) if not silent(ln)]  # nor do comments, .loc
     keys = [_norm(lines[i]) for i in keyed]
     hits = [j for j in range(len(keys) - len(old) + 1) if keys[j:j + len(old)] == old]
     if not hits:
@@ -265,8 +291,8 @@ def _apply_hunk(lines: list[str], hunk: _Hunk, prev_end: int, delta: int
     for kind, t in hunk.ops:
         if kind == "+":
             out.append(t)
-        elif not t.strip():  # a blank old line: follow the original if it has one here
-            if p < len(lines) and not lines[p].strip():
+        elif silent(t):  # a blank (or comment) old line: follow the original's, if here
+            if p < len(lines) and silent(lines[p]):
                 if kind == " ":
                     out.append(lines[p])
                 p += 1
@@ -301,7 +327,7 @@ def _choose(hunk: _Hunk, hits: list[int], keyed: list[int], prev_end: int, delta
     if hunk.line is not None:
         # The stated line is that of the first old line, which may be a blank one.
         lead = next(i for i, (kind, t) in enumerate(o for o in hunk.ops if o[0] != "+")
-                    if t.strip())
+                    if not silent(t))
         want = hunk.line - 1 + delta + lead
         exact = [j for j in hits if keyed[j] == want]
         if exact:

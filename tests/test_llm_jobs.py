@@ -25,7 +25,7 @@ def _answer(body: dict):
     user = body.get("messages", [{}])[-1].get("content", "")
     ptx = user.split("```ptx\n", 1)[1].split("```", 1)[0] if "```ptx\n" in user else ""
     for line in ptx.splitlines():
-        code = re.sub(r"^\s*\d+ \| ", "", line)
+        code = re.sub(r"^\d+\t", "", line)
         if re.match(r"\s*ld\.global\.f32\s", code):
             new = code.replace("ld.global.f32", "ld.global.ca.f32", 1)
             return text(f"METHOD: cache all loads\nRATIONALE: keep A in L1\n"

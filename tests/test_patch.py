@@ -245,3 +245,33 @@ def test_patch_gene_through_apply_genome():
     assert [o.status for o in out.outcomes] == ["applied", "applied", "failed"]
     assert out.outcomes[2].detail.startswith("block 1: not found")
     assert LD_NEW in out.ptx and ".maxnreg 64" in out.ptx
+
+
+# --------------------------------------------------------------------------- the LLM's listing
+
+TRITON = (Path(__file__).resolve().parent / "data" / "unseen" / "triton" / "rms_norm.ptx").read_text()
+
+
+def test_an_edit_copied_from_the_listing_applies_across_the_lines_it_hides():
+    """The prompt's listing hides blank, comment and .loc lines and numbers each line
+    ``N<tab>code``: an edit of consecutive shown lines (a .loc between them in the real
+    text) applies, the hidden lines stay where they were, and a copied gutter is dropped."""
+    from evo.llm.ptx_view import ptx_view
+
+    real = TRITON.splitlines()
+    shown = ptx_view(TRITON, re.search(r"\.entry (\w+)", TRITON).group(1))["text"].splitlines()
+    assert not any(".loc" in ln or "//" in ln for ln in shown)
+    numbers = [int(ln.split("\t")[0]) for ln in shown]
+    # two shown lines whose real lines have a hidden .loc line between them
+    k = next(k for k in range(len(shown) - 1) if numbers[k + 1] > numbers[k] + 1
+             and any(real[i].strip().startswith(".loc") for i in range(numbers[k], numbers[k + 1] - 1))
+             and real[numbers[k] - 1].strip().startswith(("ld.", "mov.", "add.", "mul.")))
+    first, second = (ln.split("\t", 1)[1] for ln in shown[k:k + 2])
+    for copied in (f"{first}\n{second}", f"{shown[k]}\n{shown[k + 1]}"):  # gutter or not
+        r = apply_patch(TRITON, _block(copied, f"{first}\n{second}\n// marked"))
+        assert r.ok, r.detail
+        out = r.text.splitlines()
+        assert len(out) == len(real) + 1 and out.index("// marked") == numbers[k + 1]
+        assert out[:numbers[k + 1]] == real[:numbers[k + 1]]  # the .loc kept in place
+    r = apply_patch(TRITON, _block(f"{shown[k]}\nnot.a.line;", "x;"))
+    assert not r.ok and "not found" in r.detail

@@ -20,10 +20,15 @@ def _measured(kernel: str, cycles: float, timer: str = "clock64") -> Measurement
                        backend="static" if timer == "static" else "gpu")
 
 
+def _shown(number: int, text: str) -> str:
+    """How the listing shows a line: its 1-based number, a tab, the code with its
+    whitespace runs as one space (the listing's compact form)."""
+    return f"{number}\t{' '.join(text.split())}"
+
+
 def _numbered(lines: list[str], text: str) -> str:
-    """How the prompt shows the first line equal to ``text`` (1-based number, gutter)."""
-    i = lines.index(text)
-    return f"{i + 1:>5} | {text}"
+    """How the prompt shows the first line equal to ``text``."""
+    return _shown(lines.index(text) + 1, text)
 
 
 @needs_ptxas
@@ -58,9 +63,10 @@ def test_mutate_prompt_shows_ptxas_figures_cycles_and_numbered_ptx():
     # The same context renders the same prompt (the LLM cache keys on it).
     assert PromptSet(None).messages("mutate", ctx)[1]["content"] == user
     # Lines copied from the prompt, gutter removed, are the PTX: an edit made of them applies.
-    shown = re.search(r"^ *\d+ \| (\tld\.global\.v4\.f32 \t\{%f5,.*)$", user, re.MULTILINE)
-    edit = PatchGene(f"<<<<<<< SEARCH\n{shown.group(1)}\n=======\n{shown.group(1)} // same\n"
-                     ">>>>>>> REPLACE\n", "comment", "checks the view")
+    shown = re.search(r"^\d+\t(ld\.global\.v4\.f32 \{%f5,.*)$", user, re.MULTILINE)
+    cached = shown.group(1).replace("ld.global.", "ld.global.ca.", 1)
+    edit = PatchGene(f"<<<<<<< SEARCH\n{shown.group(1)}\n=======\n{cached}\n"
+                     ">>>>>>> REPLACE\n", "cache all", "checks the view")
     patched = apply_genome(spec.ptx_text(), Genome(genome.genes + (edit,)))
     assert patched.outcomes[-1].status == "applied"
 
@@ -102,7 +108,7 @@ def test_long_kernel_is_cut_to_its_hottest_region_and_says_so():
                                max_ptx_lines=400)
     user = PromptSet().render("mutate", **ctx)
     assert ctx["ptx"]["truncated"] and ctx["ptx"]["total_lines"] > 4000
-    shown = re.findall(r"^ *\d+ \| ", ctx["ptx"]["text"], re.MULTILINE)
+    shown = re.findall(r"^\d+\t", ctx["ptx"]["text"], re.MULTILINE)
     assert len(shown) == ctx["ptx"]["shown_lines"] <= 400
     assert "hottest region" in user and "elided" in user
     lines = spec.ptx_text().splitlines()
@@ -120,7 +126,8 @@ def test_a_loop_is_shown_whole_as_the_hottest_region():
                and lines.index(l.split()[-1].rstrip(";") + ":") < i)
     label = lines.index(lines[back].split()[-1].rstrip(";") + ":")
     for i in range(label, back + 1):
-        assert f"{i + 1:>5} | {lines[i]}" in view["text"]
+        if lines[i].strip():  # blank lines are not shown
+            assert _shown(i + 1, lines[i]) in view["text"]
     small = find_kernel("gemm_tile_2x2x2")
     whole = ptx_view(small.ptx_text(), small.entry)
     assert not whole["truncated"] and "elided" not in whole["text"]
@@ -213,7 +220,7 @@ def test_repair_prompt_has_the_error_the_failed_patch_and_its_target():
     ctx = build_repair_context(spec, ptx, search, error, stage="assemble", patched_ptx=patched)
     user = PromptSet().render("repair", **ctx)
     assert "to assemble with ptxas" in user and error in user
-    assert f"{line:>5} | {bad}" in user
+    assert _shown(line, bad) in user
     assert _numbered(lines, target) in user
 
 

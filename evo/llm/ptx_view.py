@@ -5,12 +5,20 @@ hottest region of its body: basic blocks are scored by memory and arithmetic wor
 loop nesting level); the best one (or its innermost loop, when that fits) is shown, and
 every gap is marked as elided. Line numbers are the real ones, so a diff or a ptxas error
 lines up with what the LLM saw.
+
+Tokens are what an LLM call costs, and the listing is most of a prompt, so it is compact
+at equal content: ``12<tab>code`` with whitespace runs as one space; lines that are not
+code (blank, comments, ``.loc``/``.file`` debug directives, ``.section .debug_*`` blocks:
+half of a Triton kernel's lines) are not shown and need not appear in an edit
+(``genomes.patch`` locates edits without them).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from genomes.patch import silent
 
 LOOP_WEIGHT = 8  # a loop body runs many times: weight its work per nesting level
 
@@ -24,19 +32,39 @@ _ARITH_OPS = frozenset({"add", "sub", "mul", "mad", "mul24", "mad24", "fma", "di
 _ENDS_BLOCK = frozenset({"bra", "brx", "ret", "exit", "trap"})
 _LABEL_RE = re.compile(r"^([$%\w.]+):")
 _OPCODE_RE = re.compile(r"^(?:@!?%[\w$]+\s+)?([a-z][\w]*)")
+# The bytes of a long initializer (Triton's assert messages and file names): never edited.
+_LONG_INIT = re.compile(r"=\s*\{[^{}]{60,}\}\s*;\s*$")
 _BRA_TARGET_RE = re.compile(r"\bbra(?:\.uni)?\s+([$%\w.]+)\s*;")
 
+def hidden_lines(lines: Sequence[str]) -> set[int]:
+    """Indices of the lines the listing leaves out: ``genomes.patch.silent`` ones, and
+    every line of a ``.section .debug_*`` block (DWARF bytes, after the code)."""
+    hidden, in_debug = set(), False
+    for i, line in enumerate(lines):
+        code = _code(line)
+        if code.startswith(".section") and ".debug" in code:
+            in_debug = True
+        if in_debug or silent(line):
+            hidden.add(i)
+        if in_debug and code.startswith("}"):
+            in_debug = False
+    return hidden
+
+
 def render_kept(lines: Sequence[str], kept: list[int]) -> tuple[str, list[str]]:
-    """Numbered text of the kept line indices (1-based numbers of the real text, in a
-    ``   12 | `` gutter), with one marker per elided gap; and the gaps as "a-b"."""
+    """Numbered text of the kept line indices (1-based numbers of the real text, then a
+    tab, then the code with its whitespace runs as one space), hidden lines left out, with
+    one marker per elided gap of code lines; and the gaps as "a-b"."""
+    hidden = hidden_lines(lines)
     out, gaps = [], []
     for prev, i in zip([-1] + kept, kept + [len(lines)]):
-        if i > prev + 1:  # lines prev+1 .. i-1 (0-based) are not shown
-            n = i - prev - 1
-            out.append(f"      | ... lines {prev + 2}-{i} elided ({n} line{'s' * (n != 1)}) ...")
-            gaps.append(f"{prev + 2}-{i}")
-        if i < len(lines):
-            out.append(f"{i + 1:>5} | {lines[i]}")
+        code = [j for j in range(prev + 1, i) if j not in hidden]
+        if code:  # code lines between two kept ones are not shown
+            a, b, n = code[0] + 1, code[-1] + 1, len(code)
+            out.append(f"... lines {a}-{b} elided ({n} line{'s' * (n != 1)} of code) ...")
+            gaps.append(f"{a}-{b}")
+        if i < len(lines) and i not in hidden:
+            out.append(f"{i + 1}\t{_LONG_INIT.sub('= {...};', ' '.join(_code(lines[i]).split()))}")
     return "\n".join(out), gaps
 
 
@@ -72,12 +100,17 @@ def ptx_view(ptx: str, entry: str, max_lines: int = 400) -> dict:
     fits is shown whole; the region is padded with its surroundings up to the budget, or,
     when longer than the budget, cut to the window with the most such instructions.
     """
-    lines = ptx.splitlines()
-    total = len(lines)
-    if total <= max_lines:
-        text, _ = render_kept(lines, list(range(total)))
-        return {"text": text, "total_lines": total, "shown_lines": total, "truncated": False,
+    real = ptx.splitlines()
+    total = len(real)
+    vis = [i for i in range(total) if i not in hidden_lines(real)]
+    if len(vis) <= max_lines:
+        text, _ = render_kept(real, list(range(total)))
+        return {"text": text, "total_lines": total, "shown_lines": len(vis), "truncated": False,
                 "region": "the whole module", "elided": []}
+    # The choice works on the code lines alone (indices into ``vis``), so that the budget
+    # counts what is shown; numbers in what it says are the real ones.
+    lines = [real[i] for i in vis]
+    total = len(lines)
     start, open_, close = _entry_span(lines, entry)
     # Module directives (.version, .target): the whole prologue when short, as it
     # usually is, so that blank lines do not show up as elisions.
@@ -95,11 +128,11 @@ def ptx_view(ptx: str, entry: str, max_lines: int = 400) -> dict:
         after += 1
     tail = list(range(last, close + 1)) + list(range(close + 1, after))
     budget = max(20, max_lines - len(fixed) - len(tail))
-    lo, hi, what = _hot_region(lines, body, last, budget)
+    lo, hi, what = _hot_region(lines, body, last, budget, lambda k: vis[k] + 1)
     kept = sorted(set(fixed) | set(range(lo, hi + 1)) | set(tail))
-    text, gaps = render_kept(lines, kept)
+    text, gaps = render_kept(real, [vis[k] for k in kept])
     region = f"the hottest region: {what}"
-    return {"text": text, "total_lines": total, "shown_lines": len(kept), "truncated": True,
+    return {"text": text, "total_lines": len(real), "shown_lines": len(kept), "truncated": True,
             "region": region, "elided": gaps}
 
 
@@ -109,8 +142,10 @@ def _weight(line: str) -> int:
     return 2 if op in _MEM_OPS else 1 if op in _ARITH_OPS else 0
 
 
-def _hot_region(lines: Sequence[str], first: int, end: int, budget: int) -> tuple[int, int, str]:
-    """Inclusive line range [lo, hi] (within [first, end)) of at most ``budget`` lines."""
+def _hot_region(lines: Sequence[str], first: int, end: int, budget: int,
+                number: Callable[[int], int] = lambda i: i + 1) -> tuple[int, int, str]:
+    """Inclusive line range [lo, hi] (within [first, end)) of at most ``budget`` lines;
+    ``number`` gives an index's line number for what it says."""
     if end <= first:
         return first, first - 1, "an empty body"
     labels, blocks, loops = {}, [], []
@@ -141,9 +176,9 @@ def _hot_region(lines: Sequence[str], first: int, end: int, budget: int) -> tupl
     inner = [(a, b) for a, b in loops if a <= lo and hi <= b and b - a + 1 <= budget]
     if inner:
         lo, hi = min(inner, key=lambda s: s[1] - s[0])
-        what = f"the innermost loop at lines {lo + 1}-{hi + 1}, shown whole"
+        what = f"the innermost loop at lines {number(lo)}-{number(hi)}, shown whole"
     else:
-        what = f"the basic block at lines {lo + 1}-{hi + 1}"
+        what = f"the basic block at lines {number(lo)}-{number(hi)}"
     if hi - lo + 1 > budget:
         # The densest window of the block (prefix sums: blocks run to thousands of lines).
         acc = [0]
@@ -152,15 +187,15 @@ def _hot_region(lines: Sequence[str], first: int, end: int, budget: int) -> tupl
         best = max(range(lo, hi - budget + 2), key=lambda s: (acc[s + budget] - acc[s], -s))
         if best - lo <= budget // 10:
             best = lo  # a few denser lines are worth less than seeing where the block starts
-        what += (f" ({hi - lo + 1} lines), cut to its {budget} densest lines "
-                 f"{best + 1}-{best + budget}")
+        what += (f" ({hi - lo + 1} lines of code), cut to its {budget} densest lines "
+                 f"{number(best)}-{number(best + budget - 1)}")
         return best, best + budget - 1, what
     pad = budget - (hi - lo + 1)  # fill the budget with the region's surroundings
     new_lo = max(first, lo - pad // 2)
     new_hi = min(end - 1, new_lo + budget - 1)
     new_lo = max(first, new_hi - budget + 1)
     if (new_lo, new_hi) != (lo, hi):
-        what += f", with lines {new_lo + 1}-{new_hi + 1} around it"
+        what += f", with lines {number(new_lo)}-{number(new_hi)} around it"
     return new_lo, new_hi, what
 
 
