@@ -85,6 +85,17 @@ def apply_patch(text: str, patch: str) -> PatchResult:
     return PatchResult(True, "\n".join(lines), len(hunks), "")
 
 
+def changed_lines(patch: str) -> list[str]:
+    """The lines a patch removes (``-``) and adds (``+``), whitespace runs as one space:
+    what it does, in the fewest tokens; [] for a patch that cannot be read."""
+    try:
+        hunks = _parse(patch)
+    except _PatchError:
+        return []
+    return [kind + " ".join(t.split()) for h in hunks for kind, t in h.ops
+            if kind != " " and not silent(t)]
+
+
 def extract_patch(reply: str) -> str | None:
     """The patch in an LLM reply (a unified diff or SEARCH/REPLACE blocks), or None.
 

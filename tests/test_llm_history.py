@@ -18,6 +18,7 @@ from evo.llm.history import PatchHistory, render
 from evo.llm.mutation import LlmMutator, SearchView
 from evo.report import llm_lines
 from genomes.genome import parse_inline
+from genomes.patch import changed_lines
 from harness.record import Measurement
 from harness.store import Store
 from harness.suite import find_kernel
@@ -112,17 +113,20 @@ def test_every_outcome_reaches_the_next_prompt_in_genome_notation(llm_server, tm
     m.record(KERNEL, child.genes[-1], measured(2700.0), 2600.0, genome=child)
     m.record(KERNEL, child.genes[-1], measured(2400.0), 2600.0, genome=child)
     lines, _ = m.history.lines(KERNEL, 10_000)
+    # Each line ends with what the edit changed: its own -/+ lines, not only its label.
+    edit = "; the edit: " + " ".join(f"`{ln}`" for ln in changed_lines(child.genes[-1].diff))
+    assert edit.startswith("; the edit: `-") and "`+" in edit
     assert f"`{child}`: correct and faster than its parent: 2400 vs 2600 cycles (-7.7%)" \
-           in lines
+           f"{edit}" in lines
     assert f"`{child}`: correct but not faster than its parent: 2700 vs 2600 cycles " \
-           f"(+3.8%)" in lines
+           f"(+3.8%){edit}" in lines
     # A parent never measured (after crossover): no "faster", no gain for the method.
     before = (m.counts["faster"], dict(m.own_methods))
     m.record(KERNEL, child.genes[-1], measured(2300.0), math.inf, genome=child)
     assert (m.counts["faster"], dict(m.own_methods)) == before
     lines, _ = m.history.lines(KERNEL, 10_000)
     assert (f"`{child}`: correct (faster or not: unknown): 2300 cycles; its parent was not "
-            f"measured") in lines
+            f"measured{edit}") in lines
 
 
 @needs_ptxas

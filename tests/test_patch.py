@@ -10,7 +10,7 @@ import pytest
 
 from genomes import ptx
 from genomes.genome import Gene, Genome, PatchGene, apply_genome
-from genomes.patch import PatchResult, apply_patch, extract_patch
+from genomes.patch import PatchResult, apply_patch, changed_lines, extract_patch
 
 PTX = (Path(__file__).resolve().parents[1] / "harness" / "kernels"
        / "gemm_tile_4x4x4.ptx").read_text()
@@ -275,3 +275,11 @@ def test_an_edit_copied_from_the_listing_applies_across_the_lines_it_hides():
         assert out[:numbers[k + 1]] == real[:numbers[k + 1]]  # the .loc kept in place
     r = apply_patch(TRITON, _block(f"{shown[k]}\nnot.a.line;", "x;"))
     assert not r.ok and "not found" in r.detail
+
+
+def test_changed_lines_are_what_a_patch_removes_and_adds_in_either_format():
+    want = ["-ld.global.f32 %f1, [%rd4];", "+ld.global.nc.f32 %f1, [%rd4];"]
+    assert changed_lines(_block(f"\tcvta.to.global.u64 \t%rd5, %rd2;\n{LD_OLD}",
+                                f"\tcvta.to.global.u64 \t%rd5, %rd2;\n{LD_NEW}")) == want
+    assert changed_lines(_diff(PTX, PTX.replace(LD_OLD, LD_NEW))) == want
+    assert changed_lines("no patch here") == []

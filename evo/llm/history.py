@@ -4,8 +4,9 @@ Every patch outcome is one entry: an answer with no edit in it, an edit that mat
 PTX (did not apply), one that ptxas rejected, one that the correctness gate rejected
 (with its reason), and a measured one, slower or faster than its parent. The next mutate
 prompts for that kernel quote them in genome notation (``str(Genome)``, e.g.
-``vec_ld(width=4),patch(vectorize loads@1a2b3c4d)``), most recent and most instructive
-first, within a character budget (``[llm] history_chars``).
+``vec_ld(width=4),patch(vectorize loads@1a2b3c4d)``) with the edit's own changed lines
+(``-old`` / ``+new``, clipped: the label alone does not say what was tried), most recent
+and most instructive first, within a character budget (``[llm] history_chars``).
 
 The history is plain JSON kept in the checkpoint (``LlmMutator.stats()["history"]``), so a
 resumed run prompts exactly as the interrupted one did; everything here is deterministic.
@@ -21,22 +22,27 @@ OUTCOMES = {"gate": 3, "ptxas": 3, "faster": 2, "no_match": 2, "slower": 1, "cor
             "no_edit": 0}
 KEEP = 200  # entries kept per kernel (the oldest go first)
 DETAIL_CHARS = 300  # of an error or reason quoted in one entry
+EDIT_CHARS = 200  # of the edit's changed lines quoted in one entry
 BOOST = 2  # places of recency per point of instructiveness
 
 
 class PatchHistory:
-    """Entries per kernel: ``{"seq", "genome", "outcome", "detail"}`` (plain JSON)."""
+    """Entries per kernel: ``{"seq", "genome", "outcome", "detail", "edit"}`` (plain
+    JSON; ``edit``: the patch's changed lines, "" where there was no edit)."""
 
     def __init__(self) -> None:
         self.entries: dict[str, list[dict]] = {}
 
-    def add(self, kernel: str, genome: str, outcome: str, detail: str = "") -> dict:
-        """Record one outcome (``OUTCOMES``) of the patch ending ``genome`` (its str())."""
+    def add(self, kernel: str, genome: str, outcome: str, detail: str = "",
+            edit: list[str] = ()) -> dict:
+        """Record one outcome (``OUTCOMES``) of the patch ending ``genome`` (its str()),
+        ``edit`` its changed lines (``genomes.patch.changed_lines``)."""
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown patch outcome {outcome!r}")
         rows = self.entries.setdefault(kernel, [])
         entry = {"seq": rows[-1]["seq"] + 1 if rows else 1, "genome": genome,
-                 "outcome": outcome, "detail": _one_line(detail, DETAIL_CHARS)}
+                 "outcome": outcome, "detail": _one_line(detail, DETAIL_CHARS),
+                 "edit": _clip(" ".join(f"`{ln}`" for ln in edit), EDIT_CHARS)}
         rows.append(entry)
         del rows[:-KEEP]
         return entry
@@ -82,7 +88,7 @@ class PatchHistory:
             if isinstance(kernel, str) and isinstance(rows, list):
                 self.entries[kernel] = [
                     {"seq": r["seq"], "genome": r["genome"], "outcome": r["outcome"],
-                     "detail": str(r.get("detail", ""))}
+                     "detail": str(r.get("detail", "")), "edit": str(r.get("edit", ""))}
                     for r in rows if isinstance(r, Mapping) and isinstance(r.get("seq"), int)
                     and isinstance(r.get("genome"), str) and r.get("outcome") in OUTCOMES][-KEEP:]
 
@@ -100,10 +106,15 @@ def render(entry: dict, times: int = 1) -> str:
     head = f"after `{genome}`: {what}" if entry["outcome"] == "no_edit" else f"`{genome}`: {what}"
     detail = f": {entry['detail']}" if entry["detail"] else ""
     again = f" ({times} times)" if times > 1 else ""
-    return f"{head}{detail}{again}"
+    edit = f"; the edit: {entry['edit']}" if entry.get("edit") else ""
+    return f"{head}{detail}{again}{edit}"
 
 
 def _one_line(text: str, limit: int) -> str:
     """``text`` on one line (its lines joined with "; "), clipped to ``limit``."""
     text = "; ".join(" ".join(line.split()) for line in str(text).splitlines() if line.strip())
+    return _clip(text, limit)
+
+
+def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from genomes.genome import Genome, PatchGene, apply_genome
-from genomes.patch import extract_patch
+from genomes.patch import changed_lines, extract_patch
 from harness.compile import compile_ptx
 from harness.record import Measurement
 from harness.spec import KernelSpec
@@ -238,13 +238,13 @@ class LlmMutator:
         last = applied.outcomes[-1]
         if last.status != "applied":
             problem = last.detail or last.status
-            self.history.add(spec.name, str(child), "no_match", problem)
+            self.history.add(spec.name, str(child), "no_match", problem, changed_lines(gene.diff))
             return child, problem, "apply", None
         self.counts["applied"] += 1
         result = compile_ptx(applied.ptx, self.arch)
         if not result.ok:
             problem = result.error or "ptxas failed"
-            self.history.add(spec.name, str(child), "ptxas", problem)
+            self.history.add(spec.name, str(child), "ptxas", problem, changed_lines(gene.diff))
             return child, problem, "assemble", applied.ptx
         self.counts["assembled"] += 1
         return child, None, "", applied.ptx
@@ -270,14 +270,15 @@ class LlmMutator:
             tally[0] += 1
             tally[1] += int(faster)
             tally[2] += gain
-        name = str(genome if genome is not None else Genome((patch,)))
+        name, edit = str(genome if genome is not None else Genome((patch,))), \
+            changed_lines(patch.diff)
         if not result.valid:
-            self.history.add(kernel, name, "gate", result.reason or "invalid")
+            self.history.add(kernel, name, "gate", result.reason or "invalid", edit)
         elif not known:
-            self.history.add(kernel, name, "correct", _versus(result, parent_fitness))
+            self.history.add(kernel, name, "correct", _versus(result, parent_fitness), edit)
         else:
             self.history.add(kernel, name, "faster" if faster else "slower",
-                             _versus(result, parent_fitness))
+                             _versus(result, parent_fitness), edit)
 
     def stats(self) -> dict:
         """The checkpoint's ``llm``: counters and patch stages, and in ``state`` what a
