@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -144,3 +145,71 @@ def test_the_plan_assembles_for_the_gpu_the_program_compiled_for(tmp_path):
     assert choice.cubin, choice.reason
     # a CUDA ELF's e_flags hold the SM version in bits 8-15 (0x50: sm_80, 0x5a: sm_90)
     assert (int.from_bytes(choice.cubin[48:52], "little") >> 8) & 0xFF == 80
+
+
+# --------------------------------------------------------------------------- the finder
+
+
+class _Autotuner:
+    """Inductor's CachingAutotuner as the finder sees it: a name and one launcher."""
+
+    def __init__(self, name: str):
+        self.fn = SimpleNamespace(__name__=name)
+        self.launchers = [object()]
+
+
+class _Finder:
+    """``Installed`` whose launchers are dict entries (no Triton): ``good`` kernels get a
+    new function, ``bad`` ones raise while being prepared."""
+
+    @staticmethod
+    def make(names):
+        from evo.model.install import Choice, Installed
+
+        class Finder(Installed):
+            prepared: list = []
+
+            def _prepare(self, autotuner, launcher, args):
+                name = autotuner.fn.__name__
+                Finder.prepared.append(name)
+                if not any(kernel == name for kernel, _ in self.choices):
+                    return None  # not captured: as the real one
+                if name == "bad":
+                    raise RuntimeError("no CUfunction")
+                holder = {"function": f"{name}-own"}
+                return holder, "function", f"{name}-own", f"{name}-evolved", name
+
+        return Finder([Choice(n, n, "sha", {}, cubin=b"x") for n in names])
+
+
+def test_the_finder_prepares_a_launcher_once_records_refusals_and_swaps_while_enabled():
+    finder = _Finder.make(["good", "bad", "later"])
+    good, bad = _Autotuner("good"), _Autotuner("bad")
+    finder._look(good, ())
+    finder._look(good, ())
+    finder._look(bad, ())
+    entry = finder.entry_for(good, ())
+    assert type(finder).prepared == ["good", "bad"]  # each launcher once
+    assert entry[0]["function"] == "good-evolved" and finder.swapped == {"good": True}
+    assert finder.refused == {"bad": "RuntimeError: no CUfunction"}
+    assert finder.entry_for(bad, ()) is None
+    assert "good: evolved code" in finder.describe()
+    assert "bad: its own code (could not swap: RuntimeError: no CUfunction)" in finder.describe()
+    assert "later: not launched with its captured sizes yet" in finder.describe()
+    finder.disable()
+    assert entry[0]["function"] == "good-own" and finder.swapped == {"good": False}
+
+
+def test_verify_puts_the_evolved_code_in_once_and_takes_it_out_at_the_end():
+    from evo.model.check import ProgramCheck
+
+    check = ProgramCheck([], {})
+    check.finder = _Finder.make(["good"])
+    good = _Autotuner("good")
+    entry = check._entry(good, ())
+    assert entry[0]["function"] == "good-evolved"
+    entry[0]["function"] = "good-own"  # as _twice/_timed leave it between launches
+    assert check._entry(good, ()) is entry and entry[0]["function"] == "good-own"  # not again
+    assert check._entry(_Autotuner("other"), ()) is None
+    check.__exit__(None, None, None)
+    assert entry[0]["function"] == "good-own"

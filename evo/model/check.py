@@ -39,7 +39,6 @@ class ProgramCheck(LaunchHook):
         # kernel name -> {"own": [(start, end)], "evolved": [...]}: launches after the
         # checked ones, the two codes in turn
         self.timings: dict[str, dict[str, list]] = {}
-        self.entries: dict[int, tuple | None] = {}  # id(launcher) -> finder entry or None
         # Inductor kernel name -> one verdict per checked launch (a name with two codes,
         # a forward and a backward graph's, shares one list and one spec's tolerance)
         self.results: dict[str, list[dict]] = {}
@@ -106,26 +105,17 @@ class ProgramCheck(LaunchHook):
 
     def __exit__(self, *exc):
         self.unhook()
-        for holder, key, old, _, _ in filter(None, self.entries.values()):
-            _set(holder, key, old)
+        self.finder.disable()  # every kernel found runs its own code again
         return False
 
     def _entry(self, autotuner, args):
-        """The finder's (holder, key, old, new, name) for this launcher, looked at once
-        (and the evolved code put in); None for a kernel not installed."""
-        if len(autotuner.launchers) != 1:
-            return None
-        launcher = autotuner.launchers[0]
-        if id(launcher) not in self.entries:
-            try:
-                entry = self.finder._prepare(autotuner, launcher, args)
-            except Exception as err:  # that kernel keeps its own code
-                self.finder.refused[autotuner.fn.__name__] = f"{type(err).__name__}: {err}"
-                entry = None
-            self.entries[id(launcher)] = entry
-            if entry is not None:
-                _set(entry[0], entry[1], entry[3])
-        return self.entries[id(launcher)]
+        """The finder's (holder, key, old, new, name) for this launcher, the evolved code
+        put in the first time it is seen; None for a kernel not installed."""
+        fresh = len(autotuner.launchers) == 1 and id(autotuner.launchers[0]) not in self.finder.looked
+        entry = self.finder.entry_for(autotuner, args)
+        if fresh and entry is not None:
+            _set(entry[0], entry[1], entry[3])
+        return entry
 
     def _twice(self, run, entry, autotuner, args, before=None):
         """The launch with the program's code, then with the evolved code on the same

@@ -133,7 +133,7 @@ class Installed(LaunchHook):
         self.enabled = True
         self.swapped: dict[str, bool] = {}  # Inductor kernel name -> runs evolved code now
         self.refused: dict[str, str] = {}  # kernel name -> why its code could not be swapped
-        self._seen: set[int] = set()  # id() of every launcher looked at
+        self.looked: dict[int, tuple | None] = {}  # id(launcher) -> its entry, or None
         self._entries: list[tuple] = []  # (holder, key, old function, new function, name)
         self._modules = []  # keeps the loaded modules alive
 
@@ -188,20 +188,29 @@ class Installed(LaunchHook):
 
     # -------------------------------------------------------------- finding launchers
 
-    def _look(self, autotuner, args) -> None:
+    def entry_for(self, autotuner, args):
+        """(holder, key, old function, new function, name) for the launcher of this
+        launch, prepared the first time it is seen (a refusal recorded: that kernel keeps
+        its code); None for a kernel not installed. Puts nothing in."""
         if len(autotuner.launchers) != 1:
-            return
+            return None
         (launcher,) = autotuner.launchers
-        if id(launcher) in self._seen:
+        if id(launcher) not in self.looked:
+            try:
+                entry = self._prepare(autotuner, launcher, args)
+            except Exception as err:  # never break the user's step
+                self.refused[autotuner.fn.__name__] = f"{type(err).__name__}: {err}"
+                entry = None
+            self.looked[id(launcher)] = entry
+            if entry is not None:
+                self._entries.append(entry)
+        return self.looked[id(launcher)]
+
+    def _look(self, autotuner, args) -> None:
+        if len(autotuner.launchers) != 1 or id(autotuner.launchers[0]) in self.looked:
             return
-        self._seen.add(id(launcher))
-        try:
-            entry = self._prepare(autotuner, launcher, args)
-        except Exception as err:  # never break the user's step: that kernel keeps its code
-            self.refused[autotuner.fn.__name__] = f"{type(err).__name__}: {err}"
-            entry = None
+        entry = self.entry_for(autotuner, args)
         if entry is not None:
-            self._entries.append(entry)
             holder, key, old, new, name = entry
             _set(holder, key, new if self.enabled else old)
             self.swapped[name] = self.enabled
