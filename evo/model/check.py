@@ -18,7 +18,7 @@ import sys
 
 from genomes.errors import EvoError
 
-from evo.model.hook import LaunchHook, mean_us, timing_events
+from evo.model.hook import LaunchHook, median_us, timing_events
 
 CHECKS = 3  # launches of each installed kernel checked against the program's own code
 TIMED = 10  # launches of each installed kernel timed per code after its checked ones
@@ -94,13 +94,13 @@ class ProgramCheck(LaunchHook):
         return result
 
     def times_us(self) -> dict[str, dict]:
-        """Per kernel name: mean µs of each code in the program, the launches timed."""
+        """Per kernel name: median µs of a launch of each code in the program, the launches timed."""
         out = {}
         for name, times in self.timings.items():
             n = min(len(times["own"]), len(times["evolved"]))
             if n:
-                out[name] = {"own_us": mean_us(times["own"][:n]),
-                             "evolved_us": mean_us(times["evolved"][:n]), "timed": n}
+                out[name] = {"own_us": median_us(times["own"][:n]),
+                             "evolved_us": median_us(times["evolved"][:n]), "timed": n}
         return out
 
     def __exit__(self, *exc):
@@ -235,8 +235,8 @@ def cmd_verify(args) -> int:
             if k.get("timed"):
                 saved += (k["own_us"] - k["evolved_us"]) * k["launched"]
                 print(f"    in the program: {k['own_us']:.2f} us -> {k['evolved_us']:.2f} us a "
-                      f"launch ({k['own_us'] / k['evolved_us']:.3f}x; {k['timed']} launches of "
-                      f"each code, in turn), {k['launched']} launches in this run")
+                      f"launch ({k['own_us'] / k['evolved_us']:.3f}x; medians of {k['timed']} "
+                      f"launches of each code, in turn), {k['launched']} launches in this run")
         else:
             differ += 1
             print(f"  {name}: DIFFERS on the program's data: {k['worst']}  [{k['genome']}]")

@@ -94,6 +94,18 @@ def mean_us(pairs) -> float:
     return 1e3 * sum(start.elapsed_time(end) for start, end in pairs) / len(pairs)
 
 
+def median_us(pairs) -> float:
+    """Median µs between recorded (start, end) event pairs (synchronises): for comparing
+    two codes from a few launches each, where one launch that waited on the host (the
+    GPU idle between the start event and the kernel) would move a mean."""
+    import statistics
+
+    import torch
+
+    torch.cuda.synchronize()
+    return 1e3 * statistics.median(start.elapsed_time(end) for start, end in pairs)
+
+
 class GraphWatch:
     """While active: ``capturing`` is the CUDA graph being captured (None when none is),
     and ``on_replay(graph)`` is called before each replay of any graph (``target``: the

@@ -205,5 +205,5 @@ def report(verdict: dict, manifest: dict, choices, results=None) -> str:
                      f"{saved:.1f} us of the step's GPU time ({step_us / (step_us - saved):.3f}x)")
     lines.append("kernel | share | speedup (evo's cycles) | copy roofline | installed"
                  + (" | checked on the model's data" if "checks" in verdict else "")
-                 + (" | in the model, a launch (CUDA events)" if "in_model" in verdict else ""))
+                 + (" | in the model, a launch (CUDA events, median)" if "in_model" in verdict else ""))
     return "\n".join(lines + rows)
