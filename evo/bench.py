@@ -13,6 +13,8 @@ one shared backend (one GPU worker):
 | evolve_sweep   | evolve_ls starting from a sweep and stacks of its best genes      |
 | evolve45       | evolve at 9 generations x pop 5 (45 trials, the EvoEngineer budget)|
 | mcgs45         | Monte-Carlo graph search at the same 9 x 5 (``evo.strategies.mcgs``) |
+| policy1        | one argmax rollout of a trained gene policy, at most 8 genomes (``--policy``) |
+| policy45       | the policy's rollouts at 9 x 5 (``evo.strategies.policy``)         |
 | evolve45_priors| evolve45 with priors from other kernels (``--priors``, see below)  |
 | oracle         | every combination of one gene per group (only on ``oracle_kernels``)|
 | any other      | a strategy of ``evo.strategies`` with no arm above, under its own options |
@@ -53,9 +55,10 @@ from evo.search import new_checkpoint, search_kernel
 # The contestants, in the order they run: the strategies under bench settings, then every
 # other strategy of evo.strategies under its own (a new strategy's file is enough).
 _BENCHED = ("sweep", "greedy", "evolve_matched", "evolve_ls", "evolve_sweep", "evolve45",
-            "mcgs45", "oracle", "evolve45_priors")
+            "mcgs45", "policy1", "policy45", "oracle", "evolve45_priors")
 STRATEGIES = _BENCHED + tuple(n for n in _registry.NAMES
                               if n not in _BENCHED and f"{n}45" not in _BENCHED)
+POLICY_ARMS = ("policy1", "policy45")  # their policy file per kernel: run_bench's policies
 WITH_PRIORS = ("evolve45_priors",)  # searched after the others: they may learn from them
 MATCHED = ("evolve_matched", "evolve_ls", "evolve_sweep")  # at greedy's evaluation count
 SUITES = {
@@ -86,8 +89,10 @@ def suite_kernels(name: str) -> list[str]:
 def strategy_config(base: Config, strategy: str, greedy_evals: int | None) -> Config:
     if strategy == "evolve45_priors":  # the same search; its prior comes with the call
         return strategy_config(base, "evolve45", greedy_evals)
-    if strategy in ("evolve45", "mcgs45"):  # the README's 9 x 5 = 45 trials
+    if strategy in ("evolve45", "mcgs45", "policy45"):  # the README's 9 x 5 = 45 trials
         return base.override("run", strategy=strategy[:-2], generations=9, pop=5, max_evals=0)
+    if strategy == "policy1":  # one argmax rollout: at most 8 genes after the baseline
+        return base.override("run", strategy="policy", generations=9, pop=1, max_evals=0)
     if strategy in MATCHED:
         if greedy_evals is None:
             raise EvoError(f"{strategy} needs greedy's evaluations on the kernel: run greedy too")
@@ -103,7 +108,7 @@ def strategy_config(base: Config, strategy: str, greedy_evals: int | None) -> Co
 def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path,
               backend_kind: str = "auto", progress=print, backend=None,
               oracle_kernels: set[str] | None = None, keep_stores: bool = False,
-              jobs: int = 8, priors=None) -> dict:
+              jobs: int = 8, priors=None, policies=None) -> dict:
     """Run (or continue) the bench; return the results dict also saved in OUT.
 
     ``jobs`` kernels are searched at once, each by one thread running its strategies in
@@ -119,7 +124,9 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
     store could not answer (``misses``), and bench.md says it was replayed.
 
     ``priors`` (an ``evo.learn.source.BenchPriors``) gives the ``WITH_PRIORS`` strategies
-    their priors; they run after the other strategies have finished every kernel."""
+    their priors; they run after the other strategies have finished every kernel.
+    ``policies`` (an ``evo.learn.policy_train.BenchPolicies``) the ``POLICY_ARMS`` their
+    policy file per kernel (default: the shipped policy)."""
     import contextlib
     import threading
 
@@ -165,6 +172,8 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
                                     (oracle_kernels or set())):
                 continue
             config = strategy_config(base, strategy, done.get("greedy", {}).get("evals"))
+            if strategy in POLICY_ARMS and policies is not None:
+                config = config.override("policy", file=policies.file_for(kernel, progress))
             prior = source.prior(specs[kernel], backend.device) if source else None
             done[strategy] = _search(kernel, specs[kernel], strategy, config, backend,
                                      stores, apply_pool, stop, prior)
@@ -176,6 +185,8 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
         stores.mkdir(exist_ok=True)
         results["device"] = backend.device
         results["backend"] = backend.describe()
+        if policies is not None and any(s in POLICY_ARMS for s in order):
+            results["policies"] = policies.describe()
         if base.oracle.genomes:
             results["oracle_plan"] = base.oracle.genomes
         phases = ([s for s in order if s not in WITH_PRIORS],

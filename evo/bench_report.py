@@ -136,6 +136,8 @@ def render(results: dict, order: list[str], kernels: list[str] | None = None) ->
                  "invalid.")
     if results.get("priors"):
         title += f" Priors of {', '.join(WITH_PRIORS)}: {results['priors']}."
+    if results.get("policies"):
+        title += f" Policy of policy1, policy45: {results['policies']}."
     if results.get("oracle_plan") and "oracle" in order:
         title += (f" The oracle measured one genome per distinct machine code of its space "
                   f"(plan {results['oracle_plan']}): its evals count those.")

@@ -273,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "evolve_ls (the same with a local search on the best), evolve_sweep "
                         "(evolve_ls starting from a sweep of single genes), evolve45 "
                         "(9 generations x pop 5), mcgs45 (Monte-Carlo graph search, 9 x 5), "
-                        "oracle (exhaustive, only on the --oracle-kernels), evolve45_priors "
+                        "policy1 (one rollout of a trained policy), policy45 (its rollouts, "
+                        "9 x 5), oracle (exhaustive, only on the --oracle-kernels), evolve45_priors "
                         "(evolve45 with --priors), or any other strategy of evo run")
     p.add_argument("--oracle-kernels", default=",".join(ORACLE_KERNELS),
                    help="the kernels the oracle runs on (comma-separated)")
@@ -301,6 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the priors of the *_priors strategies: loo (default: leave-one-out, "
                         "built from --priors-from without the kernel under test) or a priors "
                         "file or store")
+    p.add_argument("--policy", default="loo", metavar="loo|FILE",
+                   help="the policy of policy1/policy45: loo (default: one trained per kernel "
+                        "without its results, from --priors-from or the priors shipped with "
+                        "evo; needs PyTorch) or a policy file")
     p.add_argument("--priors-from", metavar="STORES",
                    help="loo: comma-separated stores to learn from (default: --store with "
                         "--backend replay, else this bench's own stores of its other "
@@ -346,6 +351,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated kernels left out (leave-one-out)")
     p.add_argument("--kernel", metavar="KERNEL", help="show: the prior this kernel would get")
     p.set_defaults(func=store_commands.cmd_priors)
+
+    p = command("train", "train a gene policy for evo run --strategy policy (needs PyTorch: "
+                         "pip install 'evo-ptx[rl]')")
+    p.add_argument("what", choices=("policy",), help="policy: (kernel features, genome so far) "
+                   "-> next gene or stop, cloned from greedy's steps, then GRPO")
+    p.add_argument("paths", type=Path, nargs="+", metavar="SOURCE",
+                   help="measurement stores or priors files to learn from")
+    p.add_argument("-o", "--output", type=Path, help="the policy file to write")
+    p.add_argument("--device", metavar="NAME", help="only this device's results")
+    p.add_argument("--exclude", metavar="KERNELS", default="",
+                   help="comma-separated kernels left out (leave-one-out)")
+    p.add_argument("--iterations", type=int, default=150, metavar="N", help="GRPO iterations "
+                   "(default 150)")
+    p.add_argument("--group", type=int, default=8, metavar="N",
+                   help="GRPO rollouts per kernel and iteration (default 8)")
+    p.add_argument("--hidden", type=int, default=64, metavar="N",
+                   help="width of the network's two hidden layers (default 64)")
+    p.add_argument("--seed", type=int, default=0, help="every random choice of training")
+    p.set_defaults(func=store_commands.cmd_train)
 
     p = command("show", "table of a run's kernels: baseline, best, speedup, genome")
     p.add_argument("run", type=Path, metavar="RUN", help="a run folder (runs/<name>)")

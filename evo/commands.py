@@ -334,6 +334,12 @@ def cmd_bench(args) -> int:
         if args.priors == "loo" and not named and args.backend == "replay" and args.store:
             named = [args.store]  # replay: the store answering is the one to learn from
         priors = BenchPriors(args.priors, kernels, named, oracle)
+    policies = None
+    if any(s in bench.POLICY_ARMS for s in strategies):
+        from evo.learn.policy_train import BenchPolicies
+
+        named = [Path(x.strip()) for x in (args.priors_from or "").split(",") if x.strip()]
+        policies = BenchPolicies(args.policy, args.out / "policies", named)
     with contextlib.ExitStack() as stack:
         backend = None
         if args.backend == "replay":
@@ -350,7 +356,8 @@ def cmd_bench(args) -> int:
                                   oracle_kernels=oracle, jobs=args.jobs, backend=backend,
                                   # loo from the bench's own stores needs them kept
                                   keep_stores=args.keep_stores or bool(
-                                      priors and priors.own_stores()), priors=priors)
+                                      priors and priors.own_stores()), priors=priors,
+                                  policies=policies)
     print((args.out / "bench.md").read_text())
     left = [k for k in kernels if k not in results["kernels"]]
     if left:

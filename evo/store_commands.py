@@ -104,3 +104,25 @@ def cmd_priors(args) -> int:
                   for k, v in sorted(prior["genes"].items(), key=lambda kv: -kv[1])])
     print("seeds: " + "; ".join(prior["seeds"]))
     return exit_codes.OK
+
+
+def cmd_train(args) -> int:
+    """evo train policy SOURCE... -o FILE: a gene policy from what stores (or priors
+    files) measured: cloned from greedy, improved by GRPO (evo.learn.policy_train)."""
+    from evo.learn import policy, policy_train
+    from evo.learn.source import kb_from_paths
+
+    if not args.output:
+        raise EvoError("evo train policy SOURCE... -o FILE: name the file to write")
+    exclude = {k.strip() for k in args.exclude.split(",") if k.strip()}
+    kb = kb_from_paths(args.paths, exclude, args.device)
+    landscapes = policy_train.landscapes_from_kb(kb, exclude)
+    print(f"learning from {len(landscapes)} (device, kernel) landscapes"
+          f"{', without ' + ', '.join(sorted(exclude)) if exclude else ''}")
+    data = policy_train.train(landscapes, hidden=args.hidden, iterations=args.iterations,
+                              group=args.group, seed=args.seed, log=print)
+    data["trained"]["exclude"] = sorted(exclude)
+    policy.save(data, args.output)
+    print(policy_train.summary(data))
+    print(f"wrote {args.output} (evo run --strategy policy, [policy] file = \"{args.output}\")")
+    return exit_codes.OK

@@ -97,6 +97,16 @@ class Genome:
         """Each genome this one is without one of its genes, in gene order."""
         return [Genome(self.genes[:i] + self.genes[i + 1:]) for i in range(len(self.genes))]
 
+    def with_gene(self, gene: AnyGene) -> Genome:
+        """The effective genome with ``gene`` in place of its group's gene, or appended
+        (a search's one step: the genome plus one gene)."""
+        genes = list(self.genes)
+        for i, g in enumerate(genes):
+            if g.group is not None and g.group == gene.group:
+                genes[i] = gene
+                return Genome(tuple(genes)).effective()
+        return Genome((*genes, gene)).effective()
+
     def effective(self) -> Genome:
         """The genes that take effect: the last gene of each conflict group, in order."""
         return Genome(tuple(self.genes[i] for i in _effective_positions(self)))

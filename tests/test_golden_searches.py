@@ -21,7 +21,7 @@ import pytest
 from conftest import needs_ptxas
 
 GOLDEN = Path(__file__).parent / "data" / "golden_searches.json"
-STRATEGIES = ("evolve", "greedy", "mcgs", "sweep")
+STRATEGIES = ("evolve", "greedy", "mcgs", "policy", "sweep")
 SEEDS = (1, 2, 3)
 KERNELS = ("gemm_tile_2x2x2", "relu")
 

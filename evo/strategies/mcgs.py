@@ -152,19 +152,9 @@ def _weight(search, gene: str) -> float:
 def _actions(search, genome: Genome) -> list[str]:
     """The genes this node may add, most promising first: by their prior weight, ties (and
     every gene, without a prior) in a seeded shuffle."""
-    genes = [str(g) for g in search.alphabet() if _child(genome, g) != genome]
+    genes = [str(g) for g in search.alphabet() if genome.with_gene(g) != genome]
     search.rng.shuffle(genes)
     return sorted(genes, key=lambda g: -_weight(search, g))
-
-
-def _child(genome: Genome, gene) -> Genome:
-    """``genome`` with ``gene`` in place of its group's gene, or appended."""
-    genes = list(genome.genes)
-    for i, g in enumerate(genes):
-        if g.group is not None and g.group == gene.group:
-            genes[i] = gene
-            return Genome(tuple(genes)).effective()
-    return Genome((*genes, gene)).effective()
 
 
 def _select(state: dict, search, opts, pending: set[str]):
@@ -187,7 +177,7 @@ def _select(state: dict, search, opts, pending: set[str]):
         edge["n"] += 1
         path.append((node_key, gene))
         if edge["child"] is None:
-            return path, _child(here, _gene(gene))
+            return path, here.with_gene(_gene(gene))
         node_key = edge["child"]
         on_path.add(node_key)
 
@@ -200,7 +190,7 @@ def _scored(search, opts, node: dict, here: Genome, on_path: set, pending: set) 
     for gene, edge in node["edges"].items():
         if edge["child"] in on_path:
             continue  # a cycle: adding it gives back code already on the path
-        if edge["child"] is None and _key(_child(here, _gene(gene))) in pending:
+        if edge["child"] is None and _key(here.with_gene(_gene(gene))) in pending:
             continue
         q = edge["w"] / edge["n"] if edge["n"] else 0.0
         p = _weight(search, gene) / total  # P(a)
@@ -220,7 +210,7 @@ def _widen(state: dict, search, opts, node: dict, here: Genome, more: int = 0) -
         gene = node["order"].pop(0)
         node["edges"][gene] = {"n": 0, "w": 0.0, "child": None}
         opened.append(gene)
-    children = [_child(here, _gene(gene)) for gene in opened]
+    children = [here.with_gene(_gene(gene)) for gene in opened]
     search.look_up_codes(children)
     for gene, child in zip(opened, children):
         key = search.code_key(child)
@@ -247,7 +237,7 @@ def _expand(state: dict, search, opts, paths, leaves: list[Genome], generation: 
         moves = [(i, tip, gene) for i, tip, gene in moves if gene is not None]
         if not moves:
             break
-        genomes = [_child(Genome.from_json(state["nodes"][tip]["genome"]), _gene(gene))
+        genomes = [Genome.from_json(state["nodes"][tip]["genome"]).with_gene(_gene(gene))
                    for _, tip, gene in moves]
         search.look_up_codes(genomes)
         tips = [None] * len(tips)
