@@ -108,10 +108,10 @@ def test_cloning_copies_greedy_and_grpo_finds_the_path_greedy_misses():
     assert cloned["trained"]["one_rollout_reward"]["cloned"] == pytest.approx(greedy)
     better = train(lands, iterations=300, group=16, clone_epochs=300, seed=1)
     reward = better["trained"]["one_rollout_reward"]
-    assert reward["grpo"] == pytest.approx(0.50 - 2 * STEP_COST), reward  # B, then C
+    assert reward["grpo"] == pytest.approx(0.50 - 2 * STEP_COST), reward  # B and C
     policy = Policy(better)  # the file's numpy network picks what the trained one did
     logits = policy.logits(policy.encode(lands[0].features, [()]))[0]
-    assert policy.vocab[int(logits.argmax())] == B
+    assert policy.vocab[int(logits.argmax())] in (B, C)  # either order reaches {B, C}
 
 
 def test_training_leaves_out_the_excluded_kernels(tmp_path):

@@ -17,7 +17,9 @@ to a measured genome are open, so every reward is a measurement, none a guess):
    k3 estimator) to the cloned policy; ``epochs`` updates per batch. The surrogate's ratio
    is the policy's probability over its own before the update (a uniform move counts as
    the policy's: over the mixture's, the ratio of a move the policy thought unlikely
-   starts near 0 and its gradient vanishes).
+   starts near 0 and its gradient vanishes). The weights kept are those whose argmax
+   rollouts scored best on the training kernels, checked every ``CHECK_EVERY`` iterations
+   (the cloned ones among them).
 
 ``train`` returns the policy file's data (plain JSON) with what training saw in
 ``trained``. PyTorch is an optional extra (``pip install 'evo-ptx[rl]'``); the policy it
@@ -36,6 +38,7 @@ from evo.learn.policy import (FAILED, MAX_STEPS, POLICY_VERSION, STEP_COST, Land
 
 SMOOTHING = 0.1
 FAIL_COST = 0.05  # a rollout that ends at a failed variant: one measurement thrown away
+CHECK_EVERY = 10  # GRPO iterations between scorings of the argmax rollout
 
 
 def need_torch():
@@ -241,16 +244,26 @@ def train(landscapes: list[Landscape], *, hidden: int = 64, clone_epochs: int = 
     agree = clone(torch, net, kernels, clone_epochs, lr)
     ref = copy.deepcopy(net)
     before = _mean_reward(torch, net, kernels, gen)
+    # GRPO's last iterate is not always its best: every CHECK_EVERY iterations the argmax
+    # rollouts on the training kernels are scored and the best weights kept (the cloned
+    # ones included), so that training never ends worse than cloning on what it saw.
+    best, kept = before, copy.deepcopy(net.state_dict())
     opt = torch.optim.Adam(net.parameters(), lr=grpo_lr)
     for it in range(iterations):
         t = t_start * (t_end / t_start) ** (it / max(1, iterations - 1))
         chosen = kernels if len(kernels) <= batch else pick.sample(kernels, batch)
         runs = rollouts(torch, net, chosen, group, t, gen, epsilon=epsilon)
         grpo_step(torch, net, ref, opt, runs, group, t, clip, beta, epochs)
-        if log and (it + 1) % max(1, iterations // 10) == 0:
-            log(f"GRPO {it + 1}/{iterations}: T {t:.2f}, mean reward of the batch's samples "
-                f"{statistics.fmean(r['reward'] for r in runs):+.4f}")
-    after = _mean_reward(torch, net, kernels, gen)
+        if (it + 1) % CHECK_EVERY == 0 or it + 1 == iterations:
+            score = _mean_reward(torch, net, kernels, gen)
+            if score > best:
+                best, kept = score, copy.deepcopy(net.state_dict())
+            if log:
+                log(f"GRPO {it + 1}/{iterations}: T {t:.2f}, samples' mean reward "
+                    f"{statistics.fmean(r['reward'] for r in runs):+.4f}, one argmax rollout "
+                    f"{score:+.4f} (best so far {best:+.4f})")
+    net.load_state_dict(kept)
+    after = best
     greedy = statistics.fmean(_greedy_value(k) for k in kernels)
     data["layers"] = [{"w": _rounded(layer.weight.tolist()), "b": _rounded(layer.bias.tolist())}
                       for layer in net if isinstance(layer, torch.nn.Linear)]
