@@ -1,5 +1,6 @@
-"""``evo store`` and ``evo priors``: what runs leave behind, the measurement stores and the
-knowledge built from them (``cmd_<name>(args) -> int``, as ``evo.commands``)."""
+"""``evo store``, ``evo priors`` and ``evo train``: what runs leave behind, the measurement
+stores, and the knowledge built from them (``cmd_<name>(args) -> int``, as
+``evo.commands``); their command lines too (``add_parsers``, called by ``evo.cli``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,64 @@ from genomes.errors import EvoError
 
 from evo import exit_codes, json_output
 from evo.commands import print_table
+
+
+def add_parsers(command, json_flag) -> None:
+    """The store, priors and train subcommands: ``command(name, help)`` makes a parser
+    (evo.cli's), ``json_flag(parser, only)`` adds its --json."""
+    p = command("store", "inspect, merge, check, repair or prune measurement stores")
+    p.add_argument("action", choices=("stats", "merge", "check", "repair", "forget"),
+                   help="stats: rows per device and kernel; merge: copy SRC stores into PATH; "
+                        "check: look for damage; repair: copy a damaged store's readable rows "
+                        "into a fresh one (the damaged file is kept aside); forget: delete "
+                        "the results matching --kernel, --reason and --genome (e.g. ones "
+                        "recorded while a tool was broken), so the next run measures again")
+    p.add_argument("path", type=Path, metavar="PATH",
+                   help="the measurement store (merge: the one copied into)")
+    p.add_argument("sources", type=Path, nargs="*", metavar="SRC",
+                   help="merge: the stores to copy in")
+    p.add_argument("--kernel", help="forget: this kernel's results")
+    p.add_argument("--reason", help="forget: results whose reason starts so "
+                                    "(e.g. 'ptxas error', 'launch error', 'ok')")
+    p.add_argument("--genome", help="forget: the result of this genome (inline text; '' is the "
+                                    "baseline), shared by every genome of the same code")
+    p.add_argument("--device", help="forget: on this device only (default: every device)")
+    json_flag(p, "stats: ")
+    p.set_defaults(func=cmd_store)
+
+    p = command("priors", "build or inspect priors: what genes did on other kernels (for "
+                          "evo run --priors)")
+    p.add_argument("action", choices=("build", "show"),
+                   help="build: a priors file from measurement stores; show: a priors file's "
+                        "kernels, or with --kernel the prior one kernel would get")
+    p.add_argument("paths", type=Path, nargs="+", metavar="PATH",
+                   help="build: the stores (or priors files) to learn from; show: a priors file")
+    p.add_argument("-o", "--output", type=Path, help="build: the priors file to write")
+    p.add_argument("--device", metavar="NAME", help="build: only this device's results; show: "
+                   "the device the prior is for (default: the file's first)")
+    p.add_argument("--exclude", metavar="KERNELS", default="",
+                   help="comma-separated kernels left out (leave-one-out)")
+    p.add_argument("--kernel", metavar="KERNEL", help="show: the prior this kernel would get")
+    p.set_defaults(func=cmd_priors)
+
+    p = command("train", "train a gene policy for evo run --strategy policy (needs PyTorch: "
+                         "pip install 'evo-ptx[rl]')")
+    p.add_argument("what", choices=("policy",), help="policy: (kernel features, genome so far) "
+                   "-> next gene or stop, cloned from greedy's steps, then GRPO")
+    p.add_argument("paths", type=Path, nargs="+", metavar="SOURCE",
+                   help="measurement stores or priors files to learn from")
+    p.add_argument("-o", "--output", type=Path, help="the policy file to write")
+    p.add_argument("--device", metavar="NAME", help="only this device's results")
+    p.add_argument("--exclude", metavar="KERNELS", default="",
+                   help="comma-separated kernels left out (leave-one-out)")
+    p.add_argument("--iterations", type=int, default=150, metavar="N", help="GRPO iterations "
+                   "(default 150)")
+    p.add_argument("--group", type=int, default=8, metavar="N",
+                   help="GRPO rollouts per kernel and iteration (default 8)")
+    p.add_argument("--hidden", type=int, default=64, metavar="N",
+                   help="width of the network's two hidden layers (default 64)")
+    p.add_argument("--seed", type=int, default=0, help="every random choice of training")
+    p.set_defaults(func=cmd_train)
 
 
 def cmd_store(args) -> int:
