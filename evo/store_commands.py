@@ -174,7 +174,7 @@ def cmd_train(args) -> int:
     if not args.output:
         raise EvoError("evo train policy SOURCE... -o FILE: name the file to write")
     exclude = {k.strip() for k in args.exclude.split(",") if k.strip()}
-    kb = kb_from_paths(args.paths, exclude, args.device)
+    kb = kb_from_paths(args.paths, exclude, args.device, rows=0)  # every step greedy took
     landscapes = policy_train.landscapes_from_kb(kb, exclude)
     print(f"learning from {len(landscapes)} (device, kernel) landscapes"
           f"{', without ' + ', '.join(sorted(exclude)) if exclude else ''}")

@@ -90,6 +90,12 @@ def test_summary_recovers_effects_interactions_and_best_genomes():
     assert inter[0] == pytest.approx(-math.log(1 / 0.9), abs=1e-4) and inter[1] == 1
 
 
+def test_rows_are_thinned_to_ROWS_unless_all_are_kept():
+    results = [("", True, 1000.0)] + [(f"maxnreg(n={n})", True, 1000.0 - n) for n in range(16, 256)]
+    assert len(P.summarize(1000.0, results)["rows"]) <= P.ROWS < len(results)
+    assert len(P.summarize(1000.0, results, keep=0)["rows"]) == len(results)  # a policy's data
+
+
 def test_register_budgets_are_counted_on_the_ladder():
     assert P.gene_key(__import__("genomes.genome").genome.Gene.make("maxnreg", n=134)) == \
         "maxnreg(n=128)"

@@ -341,7 +341,7 @@ class BenchPolicies:
         path = self.folder / f"{kernel}.json"
         if not path.is_file():
             if self._kb is None:
-                self._kb = kb_from_paths(self.sources)
+                self._kb = kb_from_paths(self.sources, rows=0)
             data = train(landscapes_from_kb(self._kb, {kernel}), iterations=self.iterations)
             data["trained"]["exclude"] = [kernel]
             policy.save(data, path)

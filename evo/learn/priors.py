@@ -84,9 +84,11 @@ def genome_keys(text: str) -> list[str] | None:
         return None
 
 
-def summarize(baseline: float, results: list[tuple[str, bool, float | None]]) -> dict:
+def summarize(baseline: float, results: list[tuple[str, bool, float | None]],
+              keep: int = ROWS) -> dict:
     """One kernel's results as gene effects, pair interactions and best genomes (see the
-    module docstring). ``results`` are (genome text, valid, cycles)."""
+    module docstring). ``results`` are (genome text, valid, cycles); ``keep`` of them are
+    kept as rows (0: all, as a policy's training wants every step greedy took)."""
     import numpy as np
 
     rows = []  # (gene keys, y, text, valid)
@@ -142,18 +144,19 @@ def summarize(baseline: float, results: list[tuple[str, bool, float | None]]) ->
         if len(best) < TOP and all(-neg != y_val for y_val, _ in best):
             best.append((-neg, text))
     every = sorted((text, round(y_val, 5)) for _, y_val, text, _ in rows)
-    step = max(1, math.ceil(len(every) / ROWS))  # evenly spaced when there are more
+    step = max(1, math.ceil(len(every) / keep)) if keep else 1  # evenly spaced if more
     return {"baseline": baseline, "n": len(rows), "genes": genes,
             "pairs": {p[1]: [p[2], p[3]] for p in pairs[:MAX_PAIRS]},
             "best": [[text, round(y_val, 5)] for y_val, text in best],
             "rows": [list(r) for r in every[::step]]}
 
 
-def build_kb(stores: list, exclude=(), feature_cache: dict | None = None,
+def build_kb(stores: list, exclude=(), feature_cache: dict | None = None, keep: int = ROWS,
              probe: bool = True) -> dict:
     """A knowledge base from measurement stores (``Store`` objects or paths): one entry
     per (device, kernel) with a valid baseline whose kernel is in the suite (features
-    need its spec); kernels named in ``exclude`` are left out."""
+    need its spec); kernels named in ``exclude`` are left out; ``keep`` results a kernel
+    as rows (``summarize``)."""
     from harness.store import Store
     from harness.suite import find_kernel
 
@@ -185,7 +188,8 @@ def build_kb(stores: list, exclude=(), feature_cache: dict | None = None,
     for (device, kernel), entry in sorted(found.items()):
         if kernel in specs and entry["baseline"]:
             kernels.append({"device": device, "kernel": kernel, "features": feats[kernel],
-                            **summarize(entry["baseline"], list(entry["results"].values()))})
+                            **summarize(entry["baseline"], list(entry["results"].values()),
+                                        keep)})
     return {"version": KB_VERSION, "features_version": FEATURES_VERSION, "kernels": kernels}
 
 

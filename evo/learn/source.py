@@ -107,10 +107,12 @@ def is_store(path: Path) -> bool:
         return f.read(16).startswith(b"SQLite format 3")
 
 
-def kb_from_paths(paths: list[Path], exclude=(), device: str | None = None) -> dict:
+def kb_from_paths(paths: list[Path], exclude=(), device: str | None = None,
+                  rows: int = priors_mod.ROWS) -> dict:
     """One knowledge base from stores (learned from together: several stores of one
     kernel pool their results) and priors files (later ones win per kernel), without the
-    kernels in ``exclude`` and, where ``device`` is given, other devices."""
+    kernels in ``exclude`` and, where ``device`` is given, other devices; ``rows`` results
+    kept per kernel from stores (0: all)."""
     paths = [Path(p) for p in paths]
     for path in paths:
         if not path.is_file():
@@ -120,7 +122,7 @@ def kb_from_paths(paths: list[Path], exclude=(), device: str | None = None) -> d
     if stores:
         cache_path = feature_cache_path(stores[0])
         cache = read_cache(cache_path)
-        parts.append(priors_mod.build_kb(stores, exclude, feature_cache=cache))
+        parts.append(priors_mod.build_kb(stores, exclude, feature_cache=cache, keep=rows))
         write_cache(cache_path, cache)
     kb = priors_mod.merge_kb(*parts)
     kb["kernels"] = [e for e in kb["kernels"] if e["kernel"] not in set(exclude)
