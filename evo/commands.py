@@ -340,6 +340,7 @@ def cmd_bench(args) -> int:
 
         named = [Path(x.strip()) for x in (args.priors_from or "").split(",") if x.strip()]
         policies = BenchPolicies(args.policy, args.out / "policies", named)
+        policies.prepare(todo, _progress(args.quiet))
     with contextlib.ExitStack() as stack:
         backend = None
         if args.backend == "replay":

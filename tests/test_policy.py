@@ -126,3 +126,18 @@ def test_training_leaves_out_the_excluded_kernels(tmp_path):
     data = json.loads((tmp_path / "p.json").read_text())
     assert data["trained"]["kernels"] == 1 and data["trained"]["exclude"] == ["held_out"]
     assert data["mean"] == [0.1]  # the held-out kernel's features are in no statistic
+
+
+@needs_ptxas
+def test_bench_runs_the_policy_arms_with_the_file_it_is_given(tmp_path):
+    vocab = sorted(["vec_st(width=4)", "vec_ld(width=4)", "reorder(strategy=critical_path)"])
+    _hand_made(tmp_path / "p.json", vocab, "vec_st(width=4)")
+    assert main(["bench", "--suite", "gemm_tile_4x4x4", "--strategies", "policy1,policy45",
+                 "--policy", str(tmp_path / "p.json"), "--backend", "static", "--out",
+                 str(tmp_path / "b"), "-q"]) == 0
+    results = json.loads((tmp_path / "b" / "results.json").read_text())
+    arms = results["kernels"]["gemm_tile_4x4x4"]
+    assert arms["policy1"]["evals"] == 2 and arms["policy1"]["genome"] == "vec_st(width=4)"
+    assert 2 < arms["policy45"]["evals"] <= 45
+    assert str(tmp_path / "p.json") in results["policies"]
+    assert not (tmp_path / "b" / "policies").exists()  # a given file: nothing trained

@@ -332,6 +332,24 @@ class BenchPolicies:
         return (f"leave-one-out: a policy per kernel trained without its results, from "
                 f"{', '.join(str(s) for s in self.sources)}")
 
+    def prepare(self, kernels: list[str], log=print, processes: int | None = None) -> None:
+        """Train the leave-one-out policies not yet in the folder, one process per kernel
+        at once (each PyTorch on one thread): a bench's searches then only read files."""
+        import concurrent.futures
+        import multiprocessing
+        import os
+
+        todo = [k for k in kernels if self.setting == "loo"
+                and not (self.folder / f"{k}.json").is_file()]
+        if not todo:
+            return
+        workers = max(1, min(len(todo), processes or (os.cpu_count() or 2) // 2))
+        log(f"training {len(todo)} leave-one-out policies, {workers} at once")
+        with concurrent.futures.ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for line in pool.map(_train_one, [(self, k) for k in todo]):
+                log(line)
+
     def file_for(self, kernel: str, log=print) -> str:
         if self.setting != "loo":
             return self.setting
@@ -347,3 +365,12 @@ class BenchPolicies:
             policy.save(data, path)
             log(f"{kernel}: policy trained without it ({summary(data)})")
         return str(path)
+
+
+def _train_one(job) -> str:
+    """``BenchPolicies.prepare``'s work in one process: one kernel's policy."""
+    policies, kernel = job
+    need_torch().set_num_threads(1)
+    lines = []
+    policies.file_for(kernel, lines.append)
+    return "; ".join(lines)
