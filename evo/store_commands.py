@@ -181,6 +181,7 @@ def cmd_train(args) -> int:
     data = policy_train.train(landscapes, hidden=args.hidden, iterations=args.iterations,
                               group=args.group, seed=args.seed, log=print)
     data["trained"]["exclude"] = sorted(exclude)
+    data["trained"]["sources"] = [Path(p).name for p in args.paths]
     policy.save(data, args.output)
     print(policy_train.summary(data))
     print(f"wrote {args.output} (evo run --strategy policy, [policy] file = \"{args.output}\")")
