@@ -16,6 +16,7 @@ one shared backend (one GPU worker):
 | policy1        | one argmax rollout of a trained gene policy, at most 8 genomes (``--policy``) |
 | policy45       | the policy's rollouts at 9 x 5 (``evo.strategies.policy``)         |
 | evolve45_priors| evolve45 with priors from other kernels (``--priors``, see below)  |
+| mcgs45_priors  | mcgs45 with the same priors (its expansion order and P-UCB's P)    |
 | oracle         | every combination of one gene per group (only on ``oracle_kernels``)|
 | any other      | a strategy of ``evo.strategies`` with no arm above, under its own options |
 
@@ -55,11 +56,12 @@ from evo.search import new_checkpoint, search_kernel
 # The contestants, in the order they run: the strategies under bench settings, then every
 # other strategy of evo.strategies under its own (a new strategy's file is enough).
 _BENCHED = ("sweep", "greedy", "evolve_matched", "evolve_ls", "evolve_sweep", "evolve45",
-            "mcgs45", "policy1", "policy45", "oracle", "evolve45_priors")
+            "mcgs45", "policy1", "policy45", "oracle", "evolve45_priors", "mcgs45_priors")
 STRATEGIES = _BENCHED + tuple(n for n in _registry.NAMES
                               if n not in _BENCHED and f"{n}45" not in _BENCHED)
 POLICY_ARMS = ("policy1", "policy45")  # their policy file per kernel: run_bench's policies
-WITH_PRIORS = ("evolve45_priors",)  # searched after the others: they may learn from them
+# searched after the others (they may learn from them), each as its arm without the suffix
+WITH_PRIORS = ("evolve45_priors", "mcgs45_priors")
 MATCHED = ("evolve_matched", "evolve_ls", "evolve_sweep")  # at greedy's evaluation count
 SUITES = {
     "gemm64": "gemm_tile_[2468]x[2468]x[2468]",
@@ -87,8 +89,8 @@ def suite_kernels(name: str) -> list[str]:
 
 
 def strategy_config(base: Config, strategy: str, greedy_evals: int | None) -> Config:
-    if strategy == "evolve45_priors":  # the same search; its prior comes with the call
-        return strategy_config(base, "evolve45", greedy_evals)
+    if strategy in WITH_PRIORS:  # the same search; its prior comes with the call
+        return strategy_config(base, strategy.removesuffix("_priors"), greedy_evals)
     if strategy in ("evolve45", "mcgs45", "policy45"):  # the README's 9 x 5 = 45 trials
         return base.override("run", strategy=strategy[:-2], generations=9, pop=5, max_evals=0)
     if strategy == "policy1":  # one argmax rollout: at most 8 genes after the baseline

@@ -274,8 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(evolve_ls starting from a sweep of single genes), evolve45 "
                         "(9 generations x pop 5), mcgs45 (Monte-Carlo graph search, 9 x 5), "
                         "policy1 (one rollout of a trained policy), policy45 (its rollouts, "
-                        "9 x 5), oracle (exhaustive, only on the --oracle-kernels), evolve45_priors "
-                        "(evolve45 with --priors), or any other strategy of evo run")
+                        "9 x 5), oracle (exhaustive, only on the --oracle-kernels), "
+                        "evolve45_priors and mcgs45_priors (with --priors), or any other "
+                        "strategy of evo run")
     p.add_argument("--oracle-kernels", default=",".join(ORACLE_KERNELS),
                    help="the kernels the oracle runs on (comma-separated)")
     p.add_argument("--oracle-genomes", type=Path, metavar="PLAN",
