@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from conftest import needs_ptxas
@@ -141,3 +142,21 @@ def test_bench_runs_the_policy_arms_with_the_file_it_is_given(tmp_path):
     assert 2 < arms["policy45"]["evals"] <= 45
     assert str(tmp_path / "p.json") in results["policies"]
     assert not (tmp_path / "b" / "policies").exists()  # a given file: nothing trained
+
+
+def test_a_bench_trains_each_kernels_policy_without_it_once(tmp_path):
+    pytest.importorskip("torch")
+    from evo.learn.policy_train import BenchPolicies
+
+    kb = {"version": 1, "kernels": [
+        {"kernel": name, "device": "d", "features": {"frac_x": x},
+         "rows": [["", 0.0], [A, 0.1], [C, -0.1]]} for name, x in (("k1", 0.1), ("k2", 0.9))]}
+    (tmp_path / "kb.json").write_text(json.dumps(kb))
+    policies = BenchPolicies("loo", tmp_path / "policies", [tmp_path / "kb.json"], iterations=3)
+    policies.prepare(["k1", "k2"], log=lambda line: None, processes=2)
+    for kernel, other in (("k1", 0.9), ("k2", 0.1)):
+        data = json.loads(Path(policies.file_for(kernel)).read_text())
+        assert data["trained"]["exclude"] == [kernel] and data["mean"] == [other]
+    stamp = (tmp_path / "policies" / "k1.json").stat().st_mtime_ns
+    policies.prepare(["k1"], log=lambda line: None)  # there already: not trained again
+    assert (tmp_path / "policies" / "k1.json").stat().st_mtime_ns == stamp
