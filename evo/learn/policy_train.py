@@ -12,8 +12,8 @@ to a measured genome are open, so every reward is a measurement, none a guess):
    (``epsilon``: what cloning never showed gets tried); a rollout's reward is the best
    ln(baseline / cycles) along its path (the baseline's 0 included: a search keeps the
    fastest genome it measured, wherever the walk goes on), minus ``STEP_COST`` per gene
-   and ``FAIL_COST`` where it ended at a variant that failed; advantages relative to the kernel's group (reward minus the group mean,
-   over its spread); the clipped surrogate (``clip``) with a KL penalty (``beta``, the
+   and ``FAIL_COST`` where it ended at a variant that failed; advantages relative to the
+   kernel's group (reward minus the group mean, over its spread); the clipped surrogate (``clip``) with a KL penalty (``beta``, the
    k3 estimator) to the cloned policy; ``epochs`` updates per batch. The surrogate's ratio
    is the policy's probability over its own before the update (a uniform move counts as
    the policy's: over the mixture's, the ratio of a move the policy thought unlikely
@@ -34,7 +34,6 @@ from collections.abc import Callable
 
 from evo.learn.policy import (FAILED, MAX_STEPS, POLICY_VERSION, STEP_COST, Landscape,
                               Policy, scaled)
-
 
 SMOOTHING = 0.1
 FAIL_COST = 0.05  # a rollout that ends at a failed variant: one measurement thrown away
