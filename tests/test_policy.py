@@ -160,3 +160,18 @@ def test_a_bench_trains_each_kernels_policy_without_it_once(tmp_path):
     stamp = (tmp_path / "policies" / "k1.json").stat().st_mtime_ns
     policies.prepare(["k1"], log=lambda line: None)  # there already: not trained again
     assert (tmp_path / "policies" / "k1.json").stat().st_mtime_ns == stamp
+
+
+def test_the_held_out_evaluation_prints_each_kernel_and_the_mean(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from evo.learn import policy_eval
+
+    kb = {"version": 1, "kernels": [
+        {"kernel": name, "device": "d", "features": {"frac_x": x},
+         "rows": [["", 0.0], [A, 0.1], [C, -0.1], [f"{A},{C}", 0.3]]}
+        for name, x in (("k1", 0.1), ("k2", 0.9))]}
+    (tmp_path / "kb.json").write_text(json.dumps(kb))
+    assert policy_eval.main([str(tmp_path / "kb.json"), "--device", "d", "--iterations", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["k1", "k2", "mean"]
+    assert f"greedy {0.3 - 2 * STEP_COST:+.4f}" in lines[0]  # A then C, as measured
