@@ -102,7 +102,8 @@ def ptx_view(ptx: str, entry: str, max_lines: int = 400) -> dict:
     """
     real = ptx.splitlines()
     total = len(real)
-    vis = [i for i in range(total) if i not in hidden_lines(real)]
+    hidden = hidden_lines(real)
+    vis = [i for i in range(total) if i not in hidden]
     if len(vis) <= max_lines:
         text, _ = render_kept(real, list(range(total)))
         return {"text": text, "total_lines": total, "shown_lines": len(vis), "truncated": False,
