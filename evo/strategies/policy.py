@@ -32,6 +32,8 @@ from evo.learn.policy import MAX_STEPS, Policy, shipped_path
 from evo.learn.priors import gene_key
 from evo.options import opt
 
+RESTARTS = 4  # fresh starts a sampled rollout slot may take in one generation
+
 
 @dataclass(frozen=True)
 class Options:
@@ -70,9 +72,6 @@ def start(search) -> dict:
 
         raise EvoError("the policy strategy needs the kernel's spec (its features)")
     return {"generation": 0, "rollouts": [], "started": 0, "best": None}
-
-
-RESTARTS = 4  # fresh starts a sampled rollout slot may take in one generation
 
 
 def step(state: dict, search) -> dict:
