@@ -107,6 +107,16 @@ class Landscape:
         return steps
 
 
+    def greedy_reward(self, vocab: list[str]) -> float:
+        """Greedy's trajectory counted as a rollout's reward: where it ends, minus
+        ``STEP_COST`` a gene (greedy never steps to a failure)."""
+        state, moved = (), 0
+        for _, action, moves in self.greedy(vocab):
+            if action in moves:
+                state, moved = moves[action], moved + 1
+        return self.values[state] - STEP_COST * moved
+
+
 class Policy:
     """The network of a policy file, for searches (numpy)."""
 

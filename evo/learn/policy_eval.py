@@ -27,26 +27,17 @@ def held_out(kb: dict, entry: dict, iterations: int) -> dict:
     import torch
 
     from evo.learn.policy import Landscape, Policy
-    from evo.learn.policy_train import (_greedy_value, _Prepared, landscapes_from_kb,
-                                        rollouts, train)
+    from evo.learn.policy_train import _Prepared, landscapes_from_kb, net_of, rollouts, train
 
     others = landscapes_from_kb(kb, {entry["kernel"]})
     target = Landscape.from_kb_entry(entry)
     out = {}
     for name, its in (("cloned", 0), ("grpo", iterations)):
         policy = Policy(train(others, iterations=its))
-        net = torch.nn.Sequential()
-        for i, (w, b) in enumerate(policy.layers):
-            layer = torch.nn.Linear(w.shape[1], w.shape[0])
-            layer.weight.data, layer.bias.data = (torch.tensor(w, dtype=torch.float32),
-                                                  torch.tensor(b, dtype=torch.float32))
-            net.append(layer)
-            if i < len(policy.layers) - 1:
-                net.append(torch.nn.ReLU())
-        (run,) = rollouts(torch, net, [_Prepared(target, policy)], 1, 1.0, None, greedy=True)
+        (run,) = rollouts(torch, net_of(torch, policy), [_Prepared(target, policy)], 1, 1.0,
+                          None, greedy=True)
         out[name] = run["reward"]
-    vocab = sorted({k for state in target.values for k in state})
-    out["greedy"] = _greedy_value(_Prepared(target, Policy({**policy.data, "vocab": vocab})))
+    out["greedy"] = target.greedy_reward(sorted({k for state in target.values for k in state}))
     return out
 
 

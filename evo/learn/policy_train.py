@@ -94,6 +94,16 @@ def _net(torch, inputs: int, hidden: int, outputs: int):
                                torch.nn.Linear(hidden, outputs))
 
 
+def net_of(torch, policy: Policy):
+    """The PyTorch network of a policy file's weights (as ``train`` wrote them)."""
+    (w0, _), *_ = policy.layers
+    net = _net(torch, w0.shape[1], w0.shape[0], policy.stop + 1)
+    for layer, (w, b) in zip((m for m in net if isinstance(m, torch.nn.Linear)), policy.layers):
+        layer.weight.data = torch.tensor(w, dtype=torch.float32)
+        layer.bias.data = torch.tensor(b, dtype=torch.float32)
+    return net
+
+
 def _masked(torch, logits, masks):
     return logits.masked_fill(~masks, float("-inf"))
 
@@ -263,7 +273,7 @@ def train(landscapes: list[Landscape], *, hidden: int = 64, clone_epochs: int = 
                     f"{score:+.4f} (best so far {best:+.4f})")
     net.load_state_dict(kept)
     after = best
-    greedy = statistics.fmean(_greedy_value(k) for k in kernels)
+    greedy = statistics.fmean(k.land.greedy_reward(k.encoder.vocab) for k in kernels)
     data["layers"] = [{"w": _rounded(layer.weight.tolist()), "b": _rounded(layer.bias.tolist())}
                       for layer in net if isinstance(layer, torch.nn.Linear)]
     data["trained"] = {"kernels": len(kernels), "seed": seed, "clone_agreement": round(agree, 4),
@@ -284,15 +294,6 @@ def _mean_reward(torch, net, kernels, gen) -> float:
     """The mean reward of the argmax rollout (one per kernel)."""
     return statistics.fmean(r["reward"] for r in rollouts(torch, net, kernels, 1, 1.0, gen,
                                                           greedy=True))
-
-
-def _greedy_value(k: _Prepared) -> float:
-    """Greedy's reward, counted as a rollout's (greedy never steps to a failure)."""
-    state, moved = (), 0
-    for _, action, moves in k.land.greedy(k.encoder.vocab):
-        if action in moves:
-            state, moved = moves[action], moved + 1
-    return k.land.values[state] - STEP_COST * moved
 
 
 def summary(data: dict) -> str:
