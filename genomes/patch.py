@@ -270,7 +270,10 @@ def _norm(line: str) -> str:
 def silent(line: str) -> bool:
     """A line that is not code: blank, a comment, or a debug directive (``.loc``,
     ``.file``). It never locates an edit, and the LLM's view of the PTX leaves it out."""
-    code = _norm(line)
+    return _silent_norm(_norm(line))
+
+
+def _silent_norm(code: str) -> bool:
     return not code or bool(_DEBUG.match(code))
 
 
@@ -290,8 +293,9 @@ def _apply_hunk(lines: list[str], hunk: _Hunk, prev_end: int, delta: int
     old = [_norm(t) for t in written]
     if not old:
         raise _PatchError(f"{hunk.label}: no context or removed lines to locate it by")
-    keyed = [i for i, ln in enumerate(lines) if not silent(ln)]  # nor do comments, .loc
-    keys = [_norm(lines[i]) for i in keyed]
+    norms = [_norm(ln) for ln in lines]
+    keyed = [i for i, n in enumerate(norms) if not _silent_norm(n)]  # nor do comments, .loc
+    keys = [norms[i] for i in keyed]
     hits = [j for j in range(len(keys) - len(old) + 1) if keys[j:j + len(old)] == old]
     if not hits:
         raise _PatchError(f"{hunk.label}: not found: {_first_mismatch(keys, old, written)!r}"

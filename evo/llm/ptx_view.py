@@ -51,11 +51,12 @@ def hidden_lines(lines: Sequence[str]) -> set[int]:
     return hidden
 
 
-def render_kept(lines: Sequence[str], kept: list[int]) -> tuple[str, list[str]]:
+def render_kept(lines: Sequence[str], kept: list[int],
+                hidden: set[int] | None = None) -> tuple[str, list[str]]:
     """Numbered text of the kept line indices (1-based numbers of the real text, then a
     tab, then the code with its whitespace runs as one space), hidden lines left out, with
     one marker per elided gap of code lines; and the gaps as "a-b"."""
-    hidden = hidden_lines(lines)
+    hidden = hidden_lines(lines) if hidden is None else hidden  # the caller's, if known
     out, gaps = [], []
     for prev, i in zip([-1] + kept, kept + [len(lines)]):
         code = [j for j in range(prev + 1, i) if j not in hidden]
@@ -105,7 +106,7 @@ def ptx_view(ptx: str, entry: str, max_lines: int = 400) -> dict:
     hidden = hidden_lines(real)
     vis = [i for i in range(total) if i not in hidden]
     if len(vis) <= max_lines:
-        text, _ = render_kept(real, list(range(total)))
+        text, _ = render_kept(real, list(range(total)), hidden)
         return {"text": text, "total_lines": total, "shown_lines": len(vis), "truncated": False,
                 "region": "the whole module", "elided": []}
     # The choice works on the code lines alone (indices into ``vis``), so that the budget
@@ -131,7 +132,7 @@ def ptx_view(ptx: str, entry: str, max_lines: int = 400) -> dict:
     budget = max(20, max_lines - len(fixed) - len(tail))
     lo, hi, what = _hot_region(lines, body, last, budget, lambda k: vis[k] + 1)
     kept = sorted(set(fixed) | set(range(lo, hi + 1)) | set(tail))
-    text, gaps = render_kept(real, [vis[k] for k in kept])
+    text, gaps = render_kept(real, [vis[k] for k in kept], hidden)
     region = f"the hottest region: {what}"
     return {"text": text, "total_lines": len(real), "shown_lines": len(kept), "truncated": True,
             "region": region, "elided": gaps}
