@@ -326,19 +326,19 @@ def cmd_bench(args) -> int:
     if args.oracle_genomes and "oracle" in strategies:
         base = base.override("oracle", genomes=str(_oracle_plan(args.oracle_genomes, oracle
                                                                  & set(kernels))))
+    named = [Path(x.strip()) for x in (args.priors_from or "").split(",") if x.strip()]
     priors = None
     if any(s in bench.WITH_PRIORS for s in strategies):
         from evo.learn.source import BenchPriors
 
-        named = [Path(x.strip()) for x in (args.priors_from or "").split(",") if x.strip()]
+        learn_from = named
         if args.priors == "loo" and not named and args.backend == "replay" and args.store:
-            named = [args.store]  # replay: the store answering is the one to learn from
-        priors = BenchPriors(args.priors, kernels, named, oracle)
+            learn_from = [args.store]  # replay: the store answering is the one to learn from
+        priors = BenchPriors(args.priors, kernels, learn_from, oracle)
     policies = None
     if any(s in bench.POLICY_ARMS for s in strategies):
         from evo.learn.policy_train import BenchPolicies
 
-        named = [Path(x.strip()) for x in (args.priors_from or "").split(",") if x.strip()]
         policies = BenchPolicies(args.policy, args.out / "policies", named)
         policies.prepare(todo, _progress(args.quiet))
     with contextlib.ExitStack() as stack:

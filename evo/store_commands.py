@@ -129,7 +129,7 @@ def cmd_priors(args) -> int:
     from evo.learn import priors as priors_mod
     from evo.learn.source import kb_from_paths
 
-    exclude = {k.strip() for k in args.exclude.split(",") if k.strip()}
+    exclude = _names(args.exclude)
     if args.action == "build":
         if not args.output:
             raise EvoError("evo priors build STORE... -o FILE: name the file to write")
@@ -173,7 +173,7 @@ def cmd_train(args) -> int:
 
     if not args.output:
         raise EvoError("evo train policy SOURCE... -o FILE: name the file to write")
-    exclude = {k.strip() for k in args.exclude.split(",") if k.strip()}
+    exclude = _names(args.exclude)
     kb = kb_from_paths(args.paths, exclude, args.device, rows=0)  # every step greedy took
     landscapes = policy_train.landscapes_from_kb(kb, exclude)
     print(f"learning from {len(landscapes)} (device, kernel) landscapes"
@@ -186,3 +186,8 @@ def cmd_train(args) -> int:
     print(policy_train.summary(data))
     print(f"wrote {args.output} (evo run --strategy policy, [policy] file = \"{args.output}\")")
     return exit_codes.OK
+
+
+def _names(text: str) -> set[str]:
+    """The kernels of a comma-separated --exclude."""
+    return {k.strip() for k in text.split(",") if k.strip()}
