@@ -41,7 +41,7 @@ def test_the_plan_installs_what_changed_the_code_and_says_why_not_for_the_rest(t
     _best(tmp_path, specs[2], "maxnreg(n=32)", grid=[64, 1, 1])  # as coarsen would
     choices = {c.name: c for c in plan(DECODER, tmp_path)}
     first = choices[specs[0].name]
-    assert first.cubin and first.cubin[:4] == b"\x7fELF" and "maxnreg" in first.genome
+    assert first.cubin and first.cubin[:4] == b"\x7fELF" and first.genome == "maxnreg(n=32)"
     assert first.scalars == {a["name"]: a["value"] for a in kernels[0]["launch"]["args"]
                              if not a["type"].startswith("*")}
     assert choices[specs[1].name].reason == "the baseline stayed best"
@@ -117,6 +117,8 @@ def test_the_outputs_line_and_the_model_checks_say_how_close():
     assert "(1.050x end to end, median of 3 rounds; the A/A control, its own kernels timed " \
            "again in the same rounds: 1.002x)" in text
     assert "| 12.00 -> 10.00 us (1.20x, 10 each)" in text
+    verdict["in_model"][k["source"]["kernel"]]["timed"] = 1  # one launch is not a median
+    assert "| not timed: 1 launch(es) of each code, 3 needed" in report(verdict, manifest, choices)
     verdict["checks"][k["source"]["kernel"]] = [{"agree": False, "bitwise": False,
                                                  "max_abs_err": 3.0, "worst": "out_ptr0: 7 of 9"}]
     assert "| DIFFERS: out_ptr0: 7 of 9" in report(verdict, manifest, choices)

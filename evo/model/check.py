@@ -18,10 +18,11 @@ import sys
 
 from genomes.errors import EvoError
 
-from evo.model.hook import LaunchHook, median_us, timing_events
+from evo.model.hook import LaunchHook, LaunchTimer, elapsed_us
 
 CHECKS = 3  # launches of each installed kernel checked against the program's own code
 TIMED = 10  # launches of each installed kernel timed per code after its checked ones
+MIN_TIMED = 3  # fewer launches of each code give no ratio: one launch is not a median
 
 
 class ProgramCheck(LaunchHook):
@@ -36,6 +37,7 @@ class ProgramCheck(LaunchHook):
         self.specs = specs  # Inductor kernel name -> KernelSpec (tolerances)
         self.checks, self.timed = checks, timed
         self.launched: dict[str, int] = {}  # kernel name -> launches with an installed code
+        self.timer = LaunchTimer()
         # kernel name -> {"own": [(start, end)], "evolved": [...]}: launches after the
         # checked ones, the two codes in turn
         self.timings: dict[str, dict[str, list]] = {}
@@ -82,25 +84,26 @@ class ProgramCheck(LaunchHook):
         holder, key, old, new, name = entry
         times = self.timings.setdefault(name, {"own": [], "evolved": []})
         code = "own" if len(times["own"]) <= len(times["evolved"]) else "evolved"
-        events = timing_events(stream) if len(times[code]) < self.timed else None
-        if events is None:
+        if len(times[code]) >= self.timed:
             return run()
         _set(holder, key, old if code == "own" else new)
-        events[0].record(events[2])
-        result = run()
-        events[1].record(events[2])
+        result, events = self.timer.time(stream, run)
         _set(holder, key, new)
-        times[code].append(events[:2])
+        if events is not None:
+            times[code].append(events)
         return result
 
     def times_us(self) -> dict[str, dict]:
         """Per kernel name: median µs of a launch of each code in the program, the launches timed."""
+        import statistics
+
         out = {}
         for name, times in self.timings.items():
             n = min(len(times["own"]), len(times["evolved"]))
             if n:
-                out[name] = {"own_us": median_us(times["own"][:n]),
-                             "evolved_us": median_us(times["evolved"][:n]), "timed": n}
+                out[name] = {"own_us": elapsed_us(times["own"][:n], statistics.median),
+                             "evolved_us": elapsed_us(times["evolved"][:n], statistics.median),
+                             "timed": n}
         return out
 
     def __exit__(self, *exc):
@@ -232,17 +235,20 @@ def cmd_verify(args) -> int:
         elif k["agree"]:
             how = "bitwise equal" if k["bitwise"] else f"agree (max abs error {k['max_abs_err']:.3g})"
             print(f"  {name}: {how} on {k['checked']} launch(es)  [{k['genome']}]")
-            if k.get("timed"):
+            if k.get("timed", 0) >= MIN_TIMED:
                 saved += (k["own_us"] - k["evolved_us"]) * k["launched"]
                 print(f"    in the program: {k['own_us']:.2f} us -> {k['evolved_us']:.2f} us a "
                       f"launch ({k['own_us'] / k['evolved_us']:.3f}x; medians of {k['timed']} "
                       f"launches of each code, in turn), {k['launched']} launches in this run")
+            elif args.timed:
+                print(f"    not timed in the program: {k.get('timed', 0)} launch(es) of each code "
+                      f"after the checked ones, {MIN_TIMED} needed (run it for more steps)")
         else:
             differ += 1
             print(f"  {name}: DIFFERS on the program's data: {k['worst']}  [{k['genome']}]")
     for name, why in verdict["not_installed"].items():
         print(f"  {name}: not installed: {why}")
-    if any(k.get("timed") for k in verdict["kernels"].values()):
+    if any(k.get("timed", 0) >= MIN_TIMED for k in verdict["kernels"].values()):
         total = verdict.get("triton_gpu_us")
         print(f"GPU time the evolved kernels saved over this run: {saved:.1f} us"
               + (f" (the capture's Triton kernels took {total:.1f} us)" if total else "")

@@ -80,7 +80,7 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
             choice.reason = "not evolved in this run"
             continue
         genome_file = best.with_suffix(".genome.json")
-        choice.genome = genome_file.read_text().strip() if genome_file.is_file() else ""
+        choice.genome = _genome_label(genome_file)
         text = best.read_text()
         baseline = known.get(spec.name, {}).get("known", {}).get(baseline_key) or {}
         if baseline.get("valid") is False:
@@ -105,6 +105,17 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
             continue
         choice.cubin = compiled.cubin
     return choices
+
+
+def _genome_label(path: Path) -> str:
+    """The genome a run's ``best/K.genome.json`` holds, as one line (``maxnreg(n=128),...``),
+    or "" where there is none or it does not parse."""
+    from genomes.genome import Genome
+
+    try:
+        return str(Genome.from_json(json.loads(path.read_text())))
+    except (OSError, ValueError, EvoError):  # a gene of another evo version, a torn file
+        return ""
 
 
 def install(model, run) -> "Installed":

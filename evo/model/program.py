@@ -10,7 +10,8 @@ What a whole program costs to watch, and how it is kept small (``ProgramRecorder
   values; only the first launch of each is recorded in full (its PTX, grid and every
   argument's value range, which reads the tensors); later ones are counted;
 - the GPU time of a kernel is the mean of up to ``TIMED`` launches timed with CUDA
-  events on the launch's stream (no synchronisation until the program ends), times its
+  events on the launch's stream behind a GPU spin that hides the host's launch work
+  (``hook.LaunchTimer``; no synchronisation until the program ends), times its
   count; the first launch of each kernel is not timed (it compiles and autotunes);
 - a launch recorded while a CUDA graph is being captured (``torch.compile(mode=
   "reduce-overhead")``, ``torch.cuda.graph``) runs on each replay of that graph, which
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from genomes.errors import EvoError, RuntimeFailure
 
-from evo.model.hook import GraphWatch, LaunchHook, mean_us, timing_events
+from evo.model.hook import GraphWatch, LaunchHook, LaunchTimer, elapsed_us
 
 TIMED = 20  # launches timed per kernel and arguments; the rest count at their mean
 USAGE = "evo capture --out DIR -- python app.py [ARGS]"
@@ -125,6 +126,7 @@ class ProgramRecorder(LaunchHook):
         self._launched: set[int] = set()  # id() of autotuners past their first launch
         self._in_graph: dict[int, dict[tuple, int]] = {}  # id(graph) -> key -> launches in it
         self._graphs = GraphWatch(self._replayed)
+        self.timer = LaunchTimer()
 
     def __enter__(self):
         self._graphs.__enter__()
@@ -139,14 +141,13 @@ class ProgramRecorder(LaunchHook):
 
         key = _launch_key(autotuner, args)
         graph = self._graphs.capturing
-        events = self._events(autotuner, key, stream, graph)
         before = arguments_of(autotuner, args) if key not in self.first else None
-        if events:
-            events[0].record(events[2])
-        result = run()
-        if events:
-            events[1].record(events[2])
-            self.timings.setdefault(key, []).append(events[:2])
+        if self._timing(autotuner, key, graph):
+            result, events = self.timer.time(stream, run)
+            if events is not None:
+                self.timings.setdefault(key, []).append(events)
+        else:
+            result = run()
         if before is not None:
             self.first[key] = launch_of(autotuner, args, before)
         if graph is not None:  # recorded, not run: it runs on each replay
@@ -162,20 +163,21 @@ class ProgramRecorder(LaunchHook):
         for key, n in self._in_graph.get(id(graph), {}).items():
             self.counts[key] = self.counts.get(key, 0) + n
 
-    def _events(self, autotuner, key: tuple, stream, graph):
-        """(start, end, stream) to time this launch with, or None: a kernel's first launch
-        (it compiles and tunes), a graph being captured, or enough timed already."""
-        if (graph is not None or id(autotuner) not in self._launched
-                or len(self.timings.get(key, ())) >= self.timed):
-            return None
-        return timing_events(stream)
+    def _timing(self, autotuner, key: tuple, graph) -> bool:
+        """Whether to time this launch: not a kernel's first launch (it compiles and
+        tunes), not one a graph records, not once enough are timed."""
+        return (graph is None and id(autotuner) in self._launched
+                and len(self.timings.get(key, ())) < self.timed)
 
     def kernel_times(self) -> dict[str, float]:
         """µs of GPU time per kernel name over the program: each key's timed mean times
         its count (keys never timed add nothing)."""
+        import statistics
+
         times: dict[str, float] = {}
         for key, pairs in self.timings.items():
-            times[key[1]] = times.get(key[1], 0.0) + mean_us(pairs) * self.counts.get(key, 0)
+            us = elapsed_us(pairs, statistics.mean)
+            times[key[1]] = times.get(key[1], 0.0) + us * self.counts.get(key, 0)
         return times
 
     def launches(self) -> list:

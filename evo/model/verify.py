@@ -162,8 +162,12 @@ def _checked(runs: list | None) -> str:
 
 def _in_model(t: dict | None) -> str:
     """A kernel's time a launch in the model, its own code against evo's (ProgramCheck)."""
+    from evo.model.check import MIN_TIMED
+
     if not t:
         return "-"
+    if t["timed"] < MIN_TIMED:
+        return f"not timed: {t['timed']} launch(es) of each code, {MIN_TIMED} needed"
     return (f"{t['own_us']:.2f} -> {t['evolved_us']:.2f} us ({t['own_us'] / t['evolved_us']:.2f}x, "
             f"{t['timed']} each)")
 
