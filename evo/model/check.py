@@ -241,8 +241,8 @@ def cmd_verify(args) -> int:
                       f"launch ({k['own_us'] / k['evolved_us']:.3f}x; medians of {k['timed']} "
                       f"launches of each code, in turn), {k['launched']} launches in this run")
             elif args.timed:
-                print(f"    not timed in the program: {k.get('timed', 0)} launch(es) of each code "
-                      f"after the checked ones, {MIN_TIMED} needed (run it for more steps)")
+                print(f"    not timed: {k.get('timed', 0)} launch(es) of each code after the "
+                      f"checked ones, {MIN_TIMED} needed (run the program for more steps)")
         else:
             differ += 1
             print(f"  {name}: DIFFERS on the program's data: {k['worst']}  [{k['genome']}]")
