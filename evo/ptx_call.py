@@ -21,17 +21,18 @@ checks any.
 from __future__ import annotations
 
 from genomes.errors import EvoError
+from harness import encodings
+from harness.spec import DTYPE_BITS as _BITS
 
 # array dtype names (NumPy, CuPy, PyTorch without "torch.") -> spec dtypes
-_ARRAY_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
-                 "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
-                 "int8": "i8", "uint8": "u8", "bool": "u8"}
+ARRAY_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
+                "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
+                "int8": "i8", "uint8": "u8", "bool": "u8", "float8_e4m3fn": "f8e4m3",
+                "float8_e5m2": "f8e5m2"}
 # PTX parameter types -> scalar spec dtypes (untyped bits as unsigned)
 _SCALAR_DTYPES = {"u32": "u32", "s32": "i32", "b32": "u32", "u64": "u64", "s64": "i64",
                   "b64": "u64", "f32": "f32", "f64": "f64", "u8": "u8", "s8": "i8",
                   "u16": "u32", "s16": "i32"}
-_BITS = {"f32": 32, "f16": 16, "bf16": 16, "f64": 64, "i32": 32, "u32": 32, "i64": 64,
-         "u64": 64, "i8": 8, "u8": 8}
 
 
 def from_call(ptx, grid, block, *args, entry: str | None = None, name: str | None = None,
@@ -77,8 +78,8 @@ def _param(p, value, uses: dict):
     number = value.item() if hasattr(value, "item") else value
     if isinstance(number, bool) or not isinstance(number, (int, float)):
         raise EvoError(f"from_call: {p.name} = {value!r} is neither an array nor a number")
-    typed = _ARRAY_DTYPES.get(str(getattr(value, "dtype", "")))
-    if typed is not None and _BITS[typed] == _BITS[dtype] and typed != "bf16":
+    typed = ARRAY_DTYPES.get(str(getattr(value, "dtype", "")))
+    if typed is not None and _BITS[typed] == _BITS[dtype] and not encodings.of(typed):
         dtype = typed  # a NumPy scalar says its type (nvcc passes an int as .u32)
     elif dtype.startswith("u") and isinstance(number, int) and number < 0:
         dtype = "i" + dtype[1:]  # untyped bits holding a negative int: signed
@@ -92,10 +93,10 @@ def _buffer(name: str, array, use):
     from evo import api
 
     kind = str(array.dtype).removeprefix("torch.")
-    dtype = _ARRAY_DTYPES.get(kind)
+    dtype = ARRAY_DTYPES.get(kind)
     if dtype is None:
         raise EvoError(f"from_call: {name} holds {kind}; evo's buffers hold "
-                       f"{', '.join(sorted(set(_ARRAY_DTYPES)))}")
+                       f"{', '.join(sorted(set(ARRAY_DTYPES)))}")
     if use is not None and use.dtype is not None and _BITS[use.dtype] != _BITS[dtype]:
         raise EvoError(f"from_call: {name} is a {kind} array, but the kernel accesses it as "
                        f"{use.dtype} ({', '.join(use.accesses)}): pass the array it expects")
@@ -126,12 +127,12 @@ def _finite(host):
 
 
 def _host(array):
-    """The array's values as a NumPy array (bf16 as float32)."""
+    """The array's values as a NumPy array (bf16 and fp8 as float32)."""
     import numpy as np
 
     if hasattr(array, "detach"):  # PyTorch
         tensor = array.detach()
-        if str(tensor.dtype) == "torch.bfloat16":
+        if encodings.of(ARRAY_DTYPES.get(str(tensor.dtype).removeprefix("torch."), "")):
             tensor = tensor.float()
         return tensor.cpu().numpy()
     if hasattr(array, "get") and not isinstance(array, np.ndarray):  # CuPy

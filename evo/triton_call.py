@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from genomes.errors import EvoError
 
-_TORCH_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int32": "i32",
-                 "int64": "i64", "uint8": "u8", "int8": "i8"}
+from evo.ptx_call import ARRAY_DTYPES
 
 
 def from_triton_call(fn, grid, *args, name: str | None = None, folder=None,
@@ -57,13 +56,16 @@ def _param(name: str, value, before):
     from evo import api
 
     if isinstance(value, torch.Tensor):
-        dtype = _TORCH_DTYPES.get(str(value.dtype).removeprefix("torch."))
+        dtype = ARRAY_DTYPES.get(str(value.dtype).removeprefix("torch."))
         if dtype is None:
             raise EvoError(f"from_triton_call: {name} is a {value.dtype} tensor; evo's "
-                           f"buffers are {', '.join(_TORCH_DTYPES)}")
+                           f"buffers are {', '.join(ARRAY_DTYPES)}")
         if not value.is_contiguous():
             raise EvoError(f"from_triton_call: {name} is not contiguous; pass .contiguous()")
-        role = "in" if torch.equal(before, value) else "inout"
+        same = torch.equal(before.reshape(-1).view(torch.uint8), value.reshape(-1).view(torch.uint8))
+        role = "in" if same else "inout"  # bit for bit: a NaN left as it was is unchanged
+        if value.is_floating_point() and value.element_size() == 1:
+            before = before.float()  # fp8 has no isfinite, min or max in torch
         if value.is_floating_point() and not bool(torch.isfinite(before).all()):
             return api.buffer(name, dtype, value.numel(), role=role)  # e.g. torch.empty
         low, high = before.min().item(), before.max().item()

@@ -46,6 +46,18 @@ def from_float(values, xp=None):
     return xp.where(xp.isnan(f), np.uint32(QUIET_NAN), rounded).astype(np.uint16)
 
 
+def neighbour(bits):
+    """Bits one unit in the last place from ``bits``: the lowest significand bit flipped."""
+    return bits ^ np.uint16(1)
+
+
+def c_value() -> str:
+    """C for ``evo_val(v)``: an element (its uint16 bits) as a double, the float its bits
+    are the top half of (``harness.gate_device``'s kernels)."""
+    return ("template <typename T> __device__ double evo_val(T v) {\n"
+            "  return (double)__uint_as_float(((unsigned int)v) << 16); }\n")
+
+
 _DEVICE: dict = {}
 
 

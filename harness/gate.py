@@ -28,7 +28,7 @@ from typing import Mapping
 
 import numpy as np
 
-from harness import bf16, record
+from harness import encodings, record
 from harness.spec import DTYPES, BufferParam, KernelSpec, is_int_dtype, numpy_dtype
 
 CANARY_BYTES = 256
@@ -136,8 +136,8 @@ def other_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | n
         a, b = first[p.name], inputs[p.name]
         uint = _UINT[a.dtype.itemsize]
         same = a.view(uint) == b.view(uint)
-        if p.dtype == "bf16":  # bits: the lowest significand bit flipped, one ulp away
-            inputs[p.name] = xp.where(same, a ^ np.uint16(1), b)
+        if encodings.of(p.dtype):  # bits (bf16, fp8): one unit in the last place away
+            inputs[p.name] = xp.where(same, encodings.of(p.dtype).neighbour(a), b)
         elif is_int_dtype(p.dtype):
             span = int(p.high) - int(p.low)
             if span < 2:
@@ -219,13 +219,14 @@ def stress_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | 
     for p in spec.buffers():
         if p.role == "out" or p.fill != "normal" or is_int_dtype(p.dtype):
             continue
-        values = bf16.to_float(inputs[p.name]) if p.dtype == "bf16" else inputs[p.name]
+        encoding = encodings.of(p.dtype)
+        values = encoding.to_float(inputs[p.name]) if encoding else inputs[p.name]
         scaled = rng.random(p.count) < STRESS_FRACTION
         factor = xp.exp2(rng.integers(1, STRESS_MAX_EXPONENT + 1, p.count))
-        # f16 would overflow to inf: clip to its largest finite
-        big = bf16.MAX if p.dtype == "bf16" else np.finfo(values.dtype).max
+        # f16 would overflow to inf (fp8 e4m3 to NaN): clip to its largest finite
+        big = encoding.MAX if encoding else np.finfo(values.dtype).max
         stressed = xp.clip(xp.where(scaled, values * factor, values), -big, big)
-        inputs[p.name] = (bf16.from_float(stressed, xp) if p.dtype == "bf16"
+        inputs[p.name] = (encoding.from_float(stressed, xp) if encoding
                           else stressed.astype(values.dtype))
     return inputs
 
@@ -239,16 +240,17 @@ def reference_outputs(spec: KernelSpec, inputs: Mapping) -> dict[str, np.ndarray
         return None
     from harness.kernels.reference import run_reference
 
-    raw = run_reference(spec, dict(inputs))  # bf16 outputs come back as their bits
+    raw = run_reference(spec, dict(inputs))  # bf16 and fp8 outputs come back as their bits
     return {p.name: np.asarray(raw[p.name], dtype=_dtype(p.dtype)).ravel() for p in spec.outputs()}
 
 
 def values(array, dtype: str):
-    """``array`` (a buffer's elements, bits for bf16) as numbers to compare: float32 for
-    bf16 (``harness.bf16``), else the dtype's own type."""
+    """``array`` (a buffer's elements, bits for bf16 and fp8) as numbers to compare:
+    float32 for those (``harness.encodings``), else the dtype's own type."""
     xp = array_module(array)
-    if dtype == "bf16":
-        return bf16.to_float(xp.asarray(array, dtype=np.uint16).ravel())
+    encoding = encodings.of(dtype)
+    if encoding is not None:
+        return encoding.to_float(xp.asarray(array, dtype=_dtype(dtype)).ravel())
     return xp.asarray(array, dtype=_dtype(dtype)).ravel()
 
 
@@ -417,11 +419,11 @@ def _passes_on_device(outputs, reference, spec, stress: bool, xp) -> bool:
             if device.any_ne(out, ref):
                 return False
             continue
-        tol, bf = spec.tolerance_for(p), p.dtype == "bf16"
+        tol, encoding = spec.tolerance_for(p), p.dtype if encodings.of(p.dtype) else None
         atol = tol.atol
         if stress:  # compare's norm-wise rule
-            atol = max(atol, tol.rtol * device.max_finite_abs(ref, bf))
-        if device.any_bad(out, ref, uint, _poison_bits(dt), tol.rtol, atol, bf):
+            atol = max(atol, tol.rtol * device.max_finite_abs(ref, encoding))
+        if device.any_bad(out, ref, uint, _poison_bits(dt), tol.rtol, atol, encoding):
             return False
     return True
 
@@ -439,7 +441,8 @@ def max_error(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndar
         device = _device(xp)
         if device is not None:
             errs = device.max_errors(xp.asarray(outputs[p.name]).ravel(),
-                                     xp.asarray(reference[p.name]).ravel(), p.dtype == "bf16")
+                                     xp.asarray(reference[p.name]).ravel(),
+                                     p.dtype if encodings.of(p.dtype) else None)
             worst_abs, worst_rel = max(worst_abs, errs[0]), max(worst_rel, errs[1])
             continue
         got = values(outputs[p.name], p.dtype).astype(np.float64)

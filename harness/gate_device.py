@@ -22,11 +22,17 @@ import functools
 import cupy
 import numpy as np
 
-# ``evo_val(v)``: an element as a double: the value, or for bf16 (kept as uint16 bits,
-# harness.bf16) the float its bits are the top half of.
-_VALUE = {False: "template <typename T> __device__ double evo_val(T v) { return (double)v; }\n",
-          True: ("template <typename T> __device__ double evo_val(T v) {\n"
-                 "  return (double)__uint_as_float(((unsigned int)v) << 16); }\n")}
+
+
+def _value(encoding: str | None) -> str:
+    """C for ``evo_val(v)``: an element as a double: the value, or for a dtype kept as its
+    bits (bf16, fp8: ``harness.encodings``) the float its bits encode."""
+    if encoding is None:
+        return "template <typename T> __device__ double evo_val(T v) { return (double)v; }\n"
+    from harness import encodings
+
+    return encodings.of(encoding).c_value()
+
 
 # numpy.isclose(equal_nan=True), elementwise: within tolerance where both are finite,
 # else equal (infinities of one sign) or both NaN.
@@ -49,7 +55,7 @@ def _flag(op: str):
 
 
 @functools.cache
-def _bad(bf16: bool):
+def _bad(encoding: str | None):
     # An element is bad when it still holds the poison (and the reference's does not), or
     # when its value is not close to the reference's. Bits come in as unsigned views.
     return cupy.ElementwiseKernel(
@@ -57,7 +63,7 @@ def _bad(bf16: bool):
         "raw int32 flag",
         "if ((out_bits == poison && ref_bits != poison) || "
         "!evo_close(evo_val(out), evo_val(ref), rtol, atol)) flag[0] = 1;",
-        "evo_any_bad" + ("_bf16" if bf16 else ""), preamble=_VALUE[bf16] + _CLOSE)
+        "evo_any_bad" + _suffix(encoding), preamble=_value(encoding) + _CLOSE)
 
 
 _RAISE = ("__device__ void evo_raise(unsigned long long* m, double v) {\n"
@@ -66,7 +72,7 @@ _RAISE = ("__device__ void evo_raise(unsigned long long* m, double v) {\n"
 
 
 @functools.cache
-def _max_err(bf16: bool):
+def _max_err(encoding: str | None):
     # Over elements where both are finite: |out - ref| into m[0], that over |ref| into
     # m[1] where it is finite (a zero reference's is left out).
     return cupy.ElementwiseKernel(
@@ -76,15 +82,15 @@ def _max_err(bf16: bool):
         "  double e = fabs(o - r), q = e / fabs(r);\n"
         "  if (isfinite(e)) evo_raise((unsigned long long*)&m[0], e);\n"
         "  if (isfinite(q)) evo_raise((unsigned long long*)&m[1], q); }",
-        "evo_max_err" + ("_bf16" if bf16 else ""), preamble=_VALUE[bf16] + _RAISE)
+        "evo_max_err" + _suffix(encoding), preamble=_value(encoding) + _RAISE)
 
 
 @functools.cache
-def _max_finite_abs(bf16: bool):
+def _max_finite_abs(encoding: str | None):
     return cupy.ElementwiseKernel(
         "T x", "raw uint64 m",
         "double v = fabs(evo_val(x)); if (isfinite(v)) evo_raise((unsigned long long*)&m[0], v);",
-        "evo_max_finite_abs" + ("_bf16" if bf16 else ""), preamble=_VALUE[bf16] + _RAISE)
+        "evo_max_finite_abs" + _suffix(encoding), preamble=_value(encoding) + _RAISE)
 
 
 def _maxima(kernel, arrays, count: int) -> list[float]:
@@ -131,25 +137,31 @@ def any_eq(x, y) -> bool:
     return bool(x.size) and _any(_flag("=="), x, y)
 
 
-def any_bad(out, ref, uint, poison_bits: int, rtol: float, atol: float, bf16: bool) -> bool:
+def any_bad(out, ref, uint, poison_bits: int, rtol: float, atol: float,
+            encoding: str | None) -> bool:
     """Whether any element of the float output ``out`` fails ``gate.compare`` against ``ref``
-    (same shape and dtype; bf16: uint16 bits): still the poison where ``ref`` is not, or not
-    ``isclose`` under (rtol, atol). ``uint``: the unsigned type of the elements' width."""
+    (same shape and dtype; ``encoding``: the dtype they hold as bits, bf16 or fp8, else
+    None): still the poison where ``ref`` is not, or not ``isclose`` under (rtol, atol).
+    ``uint``: the unsigned type of the elements' width."""
     if not out.size:
         return False
-    return _any(_bad(bf16), out, ref, out.view(uint), ref.view(uint), _scalar(poison_bits, uint),
+    return _any(_bad(encoding), out, ref, out.view(uint), ref.view(uint), _scalar(poison_bits, uint),
                 _scalar(rtol, np.float64), _scalar(atol, np.float64))
 
 
-def max_errors(out, ref, bf16: bool) -> tuple[float, float]:
+def max_errors(out, ref, encoding: str | None) -> tuple[float, float]:
     """(max abs error, max rel error) over elements where both are finite (``gate.max_error``'s
     rule: a relative error that is not finite, from a zero reference, is left out)."""
     if not out.size:
         return 0.0, 0.0
-    worst_abs, worst_rel = _maxima(_max_err(bf16), (out, ref), 2)
+    worst_abs, worst_rel = _maxima(_max_err(encoding), (out, ref), 2)
     return worst_abs, worst_rel
 
 
-def max_finite_abs(x, bf16: bool) -> float:
+def max_finite_abs(x, encoding: str | None) -> float:
     """The largest |x| over finite elements (0 when none): ``gate.compare``'s stress atol."""
-    return _maxima(_max_finite_abs(bf16), (x,), 1)[0] if x.size else 0.0
+    return _maxima(_max_finite_abs(encoding), (x,), 1)[0] if x.size else 0.0
+
+
+def _suffix(encoding: str | None) -> str:
+    return "_" + encoding if encoding else ""

@@ -33,10 +33,13 @@ from typing import Any, Mapping
 from genomes.errors import EvoError
 from genomes.ptx import only_entry
 
-# bf16 has no NumPy type: its buffers are kept as their bits (uint16), converted by harness.bf16.
-DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "uint16", "i32": "int32", "u32": "uint32",
-          "i64": "int64", "u64": "uint64", "i8": "int8", "u8": "uint8"}
-DTYPE_BITS = {"f32": 32, "f64": 64, "f16": 16, "bf16": 16, "i32": 32, "u32": 32, "i64": 64, "u64": 64, "i8": 8, "u8": 8}
+# bf16 and fp8 (e4m3, e5m2) have no NumPy type: their buffers are kept as their bits (uint16,
+# uint8), converted by harness.encodings.
+DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "uint16", "f8e4m3": "uint8",
+          "f8e5m2": "uint8", "i32": "int32", "u32": "uint32", "i64": "int64", "u64": "uint64", "i8": "int8",
+          "u8": "uint8"}
+DTYPE_BITS = {"f32": 32, "f64": 64, "f16": 16, "bf16": 16, "f8e4m3": 8, "f8e5m2": 8, "i32": 32, "u32": 32,
+              "i64": 64, "u64": 64, "i8": 8, "u8": 8}
 ROLES = ("in", "out", "inout")
 FILLS = ("normal", "uniform", "int", "const")
 TIMINGS = ("clock64", "events")
@@ -175,13 +178,16 @@ class KernelSpec:
 
     def tolerance_for(self, param: BufferParam) -> Tolerance:
         """The tolerance for one output: the spec's, exact for integer dtypes, and for bf16
-        at least bf16's own (``harness.bf16.TOLERANCE``: 8 significant bits)."""
+        and fp8 at least their own rounding's (``harness.encodings``: bf16 has 8
+        significant bits, e4m3 4, e5m2 3)."""
         if is_int_dtype(param.dtype):
             return Tolerance(0.0, 0.0)
-        if param.dtype == "bf16":
-            from harness.bf16 import TOLERANCE
+        from harness import encodings
 
-            return Tolerance(max(self.tolerance.rtol, TOLERANCE[0]), max(self.tolerance.atol, TOLERANCE[1]))
+        encoding = encodings.of(param.dtype)
+        if encoding is not None:
+            rtol, atol = encoding.TOLERANCE
+            return Tolerance(max(self.tolerance.rtol, rtol), max(self.tolerance.atol, atol))
         return self.tolerance
 
     @property
@@ -311,9 +317,9 @@ def read_param(table, where: str | Path, index: int = 0) -> Param:
     name = r.get("name", str, check=str.isidentifier, what="an identifier")
     dtype = r.choice("dtype", tuple(DTYPES))
     if kind == "scalar":
-        if dtype == "bf16":
-            r.fail("a bf16 scalar is not supported: pass it as f32 (Triton and nvcc pass float "
-                   "scalars as f32)")
+        if dtype in ("bf16", "f8e4m3", "f8e5m2"):
+            r.fail(f"a {dtype} scalar is not supported: pass it as f32 (Triton and nvcc pass "
+                   "float scalars as f32)")
         if is_int_dtype(dtype):
             low, high = _dtype_range(dtype)
             value = r.get("value", int, check=lambda v: low <= v <= high, what=f"an int in [{low}, {high}]")

@@ -95,13 +95,13 @@ def test_a_kernel_that_cannot_be_a_spec_is_listed_with_the_reason(manifest, tmp_
     first = _launches(manifest)[0]
     workspace = Launch(**{**first.__dict__, "kernel": "k_ws", "args": first.args[:-3] + (
         Arg("ws_ptr", "*u8", 64, ""),) + first.args[-2:]})
-    fp8 = Launch(**{**first.__dict__, "kernel": "k_fp8", "args": (
-        Arg("in_ptr0", "*fp8e4nv", 64, "in", low=0.0, high=1.0),) + first.args[1:]})
-    m = capture.write([first, workspace, fp8], tmp_path)
+    fnuz = Launch(**{**first.__dict__, "kernel": "k_fnuz", "args": (
+        Arg("in_ptr0", "*fp8e4b8", 64, "in", low=0.0, high=1.0),) + first.args[1:]})
+    m = capture.write([first, workspace, fnuz], tmp_path)
     assert [k["name"] for k in m["kernels"]] == [first.kernel]
     reasons = {s["kernel"]: s["reason"] for s in m["skipped"]}
     assert "ws_ptr is a workspace" in reasons["k_ws"]
-    assert "fp8e4nv, which evo's buffers do not hold" in reasons["k_fp8"]
+    assert "fp8e4b8, which evo's buffers do not hold" in reasons["k_fnuz"]  # AMD's fp8
     assert json.loads((tmp_path / capture.MANIFEST).read_text())["skipped"] == m["skipped"]
 
 
@@ -177,3 +177,12 @@ def test_a_whole_programs_capture_says_its_shares_are_of_the_triton_time(manifes
     assert m["step_gpu_us"] is None and m["share_of"] == "the Triton kernels' GPU time"
     assert m["kernels"][0]["launches"] == 3 and m["kernels"][0]["share"] == pytest.approx(1.0)
     assert capture.write([first], tmp_path / "b", {first.kernel: 9.0}, 30.0)["step_gpu_us"] == 30.0
+
+
+def test_fp8_pointers_become_fp8_buffers_drawn_over_the_range_seen(manifest, tmp_path):
+    first = _launches(manifest)[0]
+    fp8 = Launch(**{**first.__dict__, "kernel": "k_fp8", "args": (
+        Arg("in_ptr0", "*fp8e4nv", 64, "in", low=-2.0, high=3.0),) + first.args[1:]})
+    assert not capture.write([fp8], tmp_path)["skipped"]
+    x = capture.read(tmp_path)["kernels"][0]["kernel_spec"].param("in_ptr0")
+    assert (x.dtype, x.fill, x.low, x.high, x.nbytes) == ("f8e4m3", "uniform", -2.0, 3.0, 64)

@@ -13,14 +13,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from harness import bf16, gate, record
+from harness import encodings, gate, record
 from harness.spec import BufferParam, Tolerance
 from harness.suite import find_kernel
 
 pytestmark = pytest.mark.gpu
 
 N = 1 << 16
-FLOATS = ("f32", "f64", "f16", "bf16")
+FLOATS = ("f32", "f64", "f16", "bf16", "f8e4m3", "f8e5m2")
 INTS = ("i32", "u32", "i64", "u64", "i8", "u8")
 
 
@@ -31,8 +31,8 @@ def _spec(dtype: str, rtol: float = 1e-3, atol: float = 1e-5):
 
 def _reference(dtype: str) -> np.ndarray:
     rng = np.random.default_rng(7)
-    if dtype == "bf16":
-        return bf16.from_float(rng.normal(0, 3, N).astype(np.float32))
+    if encodings.of(dtype):
+        return encodings.of(dtype).from_float(rng.normal(0, 3, N).astype(np.float32))
     if dtype in INTS:
         info = np.iinfo(gate._dtype(dtype))
         return rng.integers(max(info.min, -1000), min(info.max, 1000), N).astype(gate._dtype(dtype))
@@ -56,10 +56,14 @@ def _faults(dtype: str) -> dict[str, callable]:
     if dtype in INTS:
         faults["one element off by one"] = at(5, lambda v: v + 1 if v < 100 else v - 1)
         return faults
-    if dtype == "bf16":
-        up = lambda v: bf16.from_float(np.float32(bf16.to_float(np.array([v]))[0] * 1.05))[0]
-        faults["one element 5 % off"] = at(9, up)
-        faults["one element NaN"] = at(11, np.uint16(0x7FC1))
+    encoding = encodings.of(dtype)
+    if encoding is not None:  # bits: bf16, fp8
+        # 5 % is outside bf16's rounding, inside fp8's: 40 % is outside both
+        factor = 1.05 if dtype == "bf16" else 1.4
+        up = lambda v: encoding.from_float(np.float32(encoding.to_float(np.array([v]))[0] * factor))[0]
+        faults["one element off"] = at(9, up)
+        faults["one element one unit off"] = at(10, lambda v: encoding.neighbour(np.array([v]))[0])
+        faults["one element NaN"] = at(11, encoding.QUIET_NAN)
         return faults
     dt = gate._dtype(dtype)
     faults.update({
@@ -78,7 +82,7 @@ def test_device_verdicts_equal_the_array_code_on_planted_faults(dtype, stress):
 
     spec = _spec(dtype)
     ref = _reference(dtype)
-    if dtype not in INTS and dtype != "bf16":  # the reference itself holds NaN, inf, poison
+    if dtype not in INTS and not encodings.of(dtype):  # the reference itself holds NaN, inf, poison
         ref[100], ref[101], ref[102] = np.nan, np.inf, -np.inf
         ref[103] = gate.poison_value(dtype)
     seen = set()
@@ -101,7 +105,7 @@ def test_device_verdicts_equal_the_array_code_on_planted_faults(dtype, stress):
     assert seen == {True, False}  # the faults planted both verdicts
 
 
-@pytest.mark.parametrize("dtype", ["f32", "bf16", "u8"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f8e4m3", "u8"])
 def test_a_clobbered_input_is_seen_and_an_untouched_one_passes(dtype):
     import cupy
 

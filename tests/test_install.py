@@ -77,6 +77,10 @@ def test_the_report_says_the_step_the_limit_and_each_kernel():
     assert f"{100 * share:.1f} % of the step's GPU time" in text
     assert f"at most {1 / (1 - share):.2f}x faster" in text
     assert text.count("| yes") == 1 and text.count("no: not evolved in this run") == 4
+    busy = manifest["step_gpu_us"]  # 32 us of GPU work in a 2 ms step: the host's step
+    assert (f"the GPU is busy {busy / 1e3:.3f} ms of the 2.000 ms step "
+            f"({100 * busy / 2e3:.0f} %): the rest is the host launching work") in text
+    assert "the GPU is busy" not in report(verdict | {"baseline_ms": busy / 1e3 * 1.1}, manifest, choices)
     ran = report(verdict | {"kernels_installed": [], "kernels_refused": {
         choices[0].kernel: "RuntimeError: no kernel image"}}, manifest, choices)
     assert ran.count("| yes") == 0 and "no: RuntimeError: no kernel image" in ran

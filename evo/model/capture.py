@@ -37,9 +37,11 @@ from evo.model.hook import LaunchHook
 MANIFEST = "manifest.json"
 FORMAT = 1  # manifest format version
 
-# Triton signature types -> spec dtypes (pointers drop the '*'); i1 (bool) is a byte
+# Triton signature types -> spec dtypes (pointers drop the '*'); i1 (bool) is a byte;
+# fp8e4nv and fp8e5 are torch's float8_e4m3fn and float8_e5m2
 DTYPES = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "fp64": "f64", "i64": "i64", "i32": "i32",
-          "i8": "i8", "u8": "u8", "i1": "u8", "u32": "u32", "u64": "u64"}
+          "i8": "i8", "u8": "u8", "i1": "u8", "u32": "u32", "u64": "u64", "fp8e4nv": "f8e4m3",
+          "fp8e5": "f8e5m2"}
 ROLES = (("in_out_ptr", "inout"), ("in_ptr", "in"), ("out_ptr", "out"))  # prefix -> role
 
 
@@ -111,7 +113,9 @@ def _arg(name: str, type_: str, value, ranges: bool = True) -> Arg:
     contiguous = count == value.numel()
     low = high = None
     if count and role != "out" and ranges:
-        seen = value.detach().float() if value.dtype == torch.bool else value.detach()
+        # bool and fp8 have no min, max or isfinite in torch: their values as float32
+        widen = value.dtype == torch.bool or (value.is_floating_point() and value.element_size() == 1)
+        seen = value.detach().float() if widen else value.detach()
         finite = seen[torch.isfinite(seen)] if seen.is_floating_point() else seen
         if finite.numel():
             low, high = float(finite.min()), float(finite.max())
@@ -244,7 +248,7 @@ def _param(arg: Arg):
 
     if not arg.pointer:
         dtype = DTYPES.get(arg.type)
-        if dtype is None or dtype in ("bf16", "f16", "u8", "i8"):
+        if dtype is None or dtype in ("bf16", "f16", "u8", "i8", "f8e4m3", "f8e5m2"):
             raise EvoError(f"scalar {arg.name} of type {arg.type}")
         return api.scalar(arg.name, dtype, arg.value)
     dtype = DTYPES.get(arg.type[1:])

@@ -172,6 +172,9 @@ def _in_model(t: dict | None) -> str:
             f"{t['timed']} each)")
 
 
+HOST_BOUND = 0.8  # a step whose profiled GPU time is below this part of its time waits on the host
+
+
 def report(verdict: dict, manifest: dict, choices, results=None) -> str:
     """The lines a user reads: the step before and after, the share of the step in Triton
     kernels and the limits it sets (all free; all at the copy roofline), and per kernel its
@@ -183,6 +186,12 @@ def report(verdict: dict, manifest: dict, choices, results=None) -> str:
     lines = [f"step: torch.compile {verdict['baseline_ms']:.3f} ms -> with evo's kernels "
              f"{verdict['evolved_ms']:.3f} ms ({verdict['speedup']:.3f}x end to end, median of "
              f"{verdict['repeats']} rounds{control})", outputs_line(verdict)]
+    step_ms = verdict["baseline_ms"]
+    if step_us and step_us < HOST_BOUND * 1e3 * step_ms:
+        lines.append(f"the GPU is busy {step_us / 1e3:.3f} ms of the {step_ms:.3f} ms step "
+                     f"({100 * step_us / (1e3 * step_ms):.0f} %): the rest is the host launching "
+                     "work, which faster kernels do not shorten (CUDA graphs do: "
+                     "torch.compile(mode=\"reduce-overhead\"))")
     if step_us and triton_us:
         share = triton_us / step_us
         lines.append(f"Triton kernels: {100 * share:.1f} % of the step's GPU time "

@@ -32,7 +32,7 @@ def random_inputs(spec, rng: np.random.Generator, xp=np) -> Inputs:
     ``xp``: the array module the buffers are made in (CuPy, with ``rng`` drawing on the
     GPU: ``harness.gate.make_inputs``).
     """
-    from harness import bf16
+    from harness import encodings
 
     values: Inputs = {}
     for p in spec.params:
@@ -50,9 +50,10 @@ def random_inputs(spec, rng: np.random.Generator, xp=np) -> Inputs:
         elif p.fill == "int":
             drawn = rng.integers(int(p.low), int(p.high), p.count)
         else:
-            drawn = xp.full(p.count, p.value, np.float32 if p.dtype == "bf16" else dtype)
-        # bf16 is kept as its bits (harness.bf16): the values drawn, rounded to bf16
-        values[p.name] = bf16.from_float(drawn, xp) if p.dtype == "bf16" else drawn.astype(dtype)
+            drawn = xp.full(p.count, p.value, np.float32 if encodings.of(p.dtype) else dtype)
+        # bf16 and fp8 are kept as their bits (harness.encodings): the values drawn, rounded
+        encoding = encodings.of(p.dtype)
+        values[p.name] = encoding.from_float(drawn, xp) if encoding else drawn.astype(dtype)
     return values
 
 
@@ -195,14 +196,14 @@ def transpose(inputs: Inputs, spec) -> Inputs:
 
 
 def run_reference(spec, inputs: Inputs) -> Inputs:
-    """Call the spec's reference on `inputs`; KeyError if the spec names none. A bf16
-    buffer reaches the reference as float32 values and comes back as bf16 bits (a
-    reference computes in float; ``harness.bf16``)."""
-    from harness import bf16
+    """Call the spec's reference on `inputs`; KeyError if the spec names none. A bf16 or
+    fp8 buffer reaches the reference as float32 values and comes back as its bits (a
+    reference computes in float; ``harness.encodings``)."""
+    from harness import encodings
 
     if spec.reference is None:
         raise KeyError(f"spec {spec.name} names no reference")
-    kinds = {p.name: p.dtype for p in spec.buffers()}
-    given = {k: bf16.to_float(v) if kinds.get(k) == "bf16" else v for k, v in inputs.items()}
+    kinds = {p.name: encodings.of(p.dtype) for p in spec.buffers()}
+    given = {k: kinds[k].to_float(v) if kinds.get(k) else v for k, v in inputs.items()}
     raw = REFERENCES[spec.reference](given, spec)
-    return {k: bf16.from_float(v) if kinds.get(k) == "bf16" else v for k, v in raw.items()}
+    return {k: kinds[k].from_float(v) if kinds.get(k) else v for k, v in raw.items()}
