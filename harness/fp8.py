@@ -88,7 +88,8 @@ class Fp8Format:
         ``harness.gate_device``'s kernels."""
         e_mask, m_bits = (1 << self.exponent_bits) - 1, self.significand_bits
         m_mask = (1 << m_bits) - 1
-        special = (f"if (e == {e_mask}) x = m ? nan(\"\") : INFINITY; else " if self.ieee else
+        special = (f"if (e == {e_mask}) x = m ? nan(\"\") : (double)__int_as_float(0x7f800000); else "
+                   if self.ieee else
                    f"if (e == {e_mask} && m == {m_mask}) x = nan(\"\"); else ")
         return ("template <typename T> __device__ double evo_val(T v) {\n"
                 f"  unsigned int b = (unsigned int)v & 0xFFu;\n"

@@ -49,7 +49,7 @@ def test_a_quantize_off_by_half_is_rejected_as_wrong():
     with GpuWorker(0) as worker:
         judged = worker.measure(MeasureRequest(
             spec=spec, cubin=compile_ptx(wrong).cubin, baseline_cubin=compile_ptx(ptx).cubin,
-            check_seeds=(11, 12, 13), timing_seed=99, timeout_s=60.0))
+            check_seeds=(11, 12, 13, 14, 15), timing_seed=99, timeout_s=60.0))
     assert not judged.valid and judged.reason.startswith(record.WRONG), judged.reason
 
 
