@@ -3,7 +3,7 @@
     compute-sanitizer --tool memcheck python3 -m harness.finalist_driver CUBIN SPEC.toml \\
         [--launch '{"grid": [...], "block": [...]}'] [--seed N] [--out outputs.npz]
 
-It loads the cubin with CuPy, fills the inputs with ``harness.gate.make_inputs(spec, seed)``
+It loads the cubin with CuPy, fills the inputs with ``harness.input_sets.make_inputs(spec, seed)``
 (outputs with the gate's poison), gives every buffer its own ``cudaMalloc`` of exactly its
 size (no canaries, no shared arena: memcheck only sees an access as out of bounds when it
 leaves every allocation), launches once with the spec's grid and block or ``--launch``'s,
@@ -39,7 +39,7 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
         out: str | None) -> int:
     """Load, fill, launch once, synchronize; see the module docstring for the exit codes."""
     from genomes.launch import Launch
-    from harness import gate
+    from harness import gate, input_sets
     from harness.spec import load_spec
 
     try:
@@ -52,7 +52,7 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
         module = cp.cuda.function.Module()
         module.load(cubin)
         fn = module.get_function(launch.entry or spec.entry)
-        inputs = gate.make_inputs(spec, seed)
+        inputs = input_sets.make_inputs(spec, seed)
         owners: list = []
         bufs = {}
         for p in spec.buffers():
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cubin")
     parser.add_argument("spec", help="the kernel's spec (.toml)")
     parser.add_argument("--launch", help='JSON: {"grid": [x, y, z], "block": [x, y, z]}')
-    parser.add_argument("--seed", type=int, default=1, help="input seed (gate.make_inputs)")
+    parser.add_argument("--seed", type=int, default=1, help="input seed (input_sets.make_inputs)")
     parser.add_argument("--out", help="save the outputs here (.npz)")
     args = parser.parse_args(argv)
     return run(args.cubin, args.spec, args.launch, args.seed, args.out)

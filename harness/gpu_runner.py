@@ -3,7 +3,7 @@
 ``serve(conn, device_id)`` owns one CUDA context (through CuPy, imported here only) and
 answers ``MeasureRequest``s with ``Measurement``s. For each request:
 
-1. **Correctness gate**, per check seed: inputs from ``gate.make_inputs``; the baseline's
+1. **Correctness gate**, per check seed: inputs from ``input_sets.make_inputs``; the baseline's
    outputs on them (computed once per (kernel, baseline cubin, seed) and cached); then the
    variant: upload inputs, poisoned outputs and canaries, launch, synchronize, read every
    buffer back with its canary and let ``gate.check_launch`` judge. The first failure is
@@ -21,7 +21,7 @@ answers ``MeasureRequest``s with ``Measurement``s. For each request:
    outputs wiped before each launch and on kept ones (``harness.reuse_probe``): a variant
    fast only where its outputs hold its last answer is ``result reuse``.
 3. **Once more after timing**, on the stress inputs of the first check seed
-   (``gate.stress_seed``: heavy tails, large magnitudes, compared norm-wise). After timing,
+   (``input_sets.stress_seed``: heavy tails, large magnitudes, compared norm-wise). After timing,
    so that a variant that keeps state across launches (a launch counter in a ``.global``)
    and stops working once the checks seem over is seen; on stress inputs, so that an
    approximation valid only over the normal fills' range is seen.
@@ -54,7 +54,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from harness import gate, gpu_timing, record, reuse_probe
+from harness import gate, gpu_timing, input_sets, record, reuse_probe
 from harness.phases import Phases, no_phases
 from harness.spec import is_int_dtype
 from harness.arena import ARENA_BYTES
@@ -291,7 +291,7 @@ class Runner:
 
     @staticmethod
     def _make_seed_data(spec, seed: int, xp) -> tuple[dict, dict]:
-        inputs = gate.make_inputs(spec, seed, xp)
+        inputs = input_sets.make_inputs(spec, seed, xp)
         images = {p.name: gate.with_canary(gate.poisoned(p, xp) if p.role == "out" else inputs[p.name])
                   for p in spec.buffers()}
         if xp is not np:  # one copy of each input on the device: its image holds it
@@ -385,7 +385,7 @@ class Runner:
             ok, reason = gate.check_launch(spec, inputs, after, self.baseline_outputs(request, seed),
                                            canary_only=canary_only)
             if not ok:
-                raise _Failed(f"{reason} ({gate.seed_label(seed)}, timed buffers {i}, {when})")
+                raise _Failed(f"{reason} ({input_sets.seed_label(seed)}, timed buffers {i}, {when})")
 
     def flush_l2(self) -> None:
         """Evict the L2 on the runner's stream: a memset of twice its size (no kernel to
@@ -465,17 +465,17 @@ class Runner:
             first = {**after, **{p.name: gate.with_canary(outputs[p.name]) for p in spec.outputs()}}
             ok, reason = gate.check_launch(spec, inputs, first, None, refilled=refilled)
         if not ok:
-            raise _Failed(f"{BASELINE_FAILED}: {reason} ({gate.seed_label(seed)})")
-        if request.check_reference and not gate.is_stress_seed(seed):
+            raise _Failed(f"{BASELINE_FAILED}: {reason} ({input_sets.seed_label(seed)})")
+        if request.check_reference and not input_sets.is_stress_seed(seed):
             host_inputs = {name: value if gate.array_module(value) is np else value.get()
                            for name, value in inputs.items()}
-            reference = gate.reference_outputs(spec, host_inputs)
+            reference = input_sets.reference_outputs(spec, host_inputs)
             if reference is None:
                 raise _Failed(f"{BASELINE_FAILED}: spec {spec.name} names no NumPy reference")
             host = {name: self.cp.asnumpy(out) for name, out in outputs.items()}
             ok, reason = gate.compare(host, reference, spec)
             if not ok:
-                raise _Failed(f"{BASELINE_FAILED}: disagrees with the NumPy reference: {reason} ({gate.seed_label(seed)})")
+                raise _Failed(f"{BASELINE_FAILED}: disagrees with the NumPy reference: {reason} ({input_sets.seed_label(seed)})")
         limit = _DEVICE_SEEDS if self.judged_on_device(spec) else _CACHE_LIMITS["seeds"]
         return _lru_put(self._baselines, key, outputs, limit)
 
@@ -497,7 +497,7 @@ class Runner:
                 if p.role == "out":
                     images[p.name] = gate.with_canary(prefill[p.name])
         after = self.run_checked(fn, spec, seed, request.launch, images)
-        where = gate.seed_label(seed) + (f", {when}" if when else "")
+        where = input_sets.seed_label(seed) + (f", {when}" if when else "")
         with self.phases("guards compared"):
             reason = self.changed_guard(guards)
         if reason:
@@ -505,7 +505,7 @@ class Runner:
         inputs, _ = self.seed_data(spec, seed)
         with self.phases("outputs compared"):
             ok, reason = gate.check_launch(spec, inputs, after, expected,
-                                           stress=gate.is_stress_seed(seed))
+                                           stress=input_sets.is_stress_seed(seed))
             if not ok:
                 raise _Failed(f"{reason} ({where})")
             return {p.name: gate.split_canary(after[p.name], p)[0].copy() for p in spec.outputs()}
@@ -526,7 +526,7 @@ class Runner:
         first, second = request.check_seeds[:2]
         with self.phases("pre-filled check"):
             self.check_seed(request, second, f"outputs pre-filled with its own results on "
-                            f"{gate.seed_label(first)}", prefill=got[first])
+                            f"{input_sets.seed_label(first)}", prefill=got[first])
         return {"max_abs_err": worst[0], "max_rel_err": worst[1]}
 
     # -------------------------------------------------------------- timing
@@ -561,10 +561,10 @@ class Runner:
                 with phases("reuse probe"):
                     notes.update(reuse_probe.probe(self, request, self.function(request.cubin, spec.entry),
                                                    notes["us_per_launch"]))
-            stress = gate.stress_seed(request.check_seeds[0])
+            stress = input_sets.stress_seed(request.check_seeds[0])
             with phases("stress check"):
                 self.check_seed(request, stress, "after timing")  # module docstring, step 3
-            result.notes["stress_check"] = f"passed ({gate.seed_label(stress)}, after timing)"
+            result.notes["stress_check"] = f"passed ({input_sets.seed_label(stress)}, after timing)"
             result.valid, result.reason = True, record.OK
             result.cycles, result.p10, result.p90, result.n = (
                 stats["cycles"], stats["p10"], stats["p90"], stats["n"])

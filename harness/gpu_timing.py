@@ -23,7 +23,7 @@ cannot be timed raises ``TimingFailed`` with the reason.
 
 The result-reuse hole (a variant that remembered its last input, or found its outputs
 already written, skipped the work on repeated launches and read 2.4x fast): clock64 batches
-alternate between two input sets that differ in every element (``gate.timing_seeds``),
+alternate between two input sets that differ in every element (``input_sets.timing_seeds``),
 outputs and inouts are restored (poison, input) before every timed launch, and the buffers
 timed are judged against the baseline afterwards (``Runner.check_sets``), in both modes.
 Within an events graph launches still repeat one input on the outputs the launch before
@@ -50,7 +50,7 @@ import functools
 
 import numpy as np
 
-from harness import gate, instrument
+from harness import input_sets, instrument
 from harness.estimate import precise_enough
 
 TIMING_FAILED = "timing failed"
@@ -187,7 +187,7 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         raise TimingFailed(f"{TIMING_FAILED}: spec {spec.name} times with clock64 but the "
                            "request has no clock_cubin (instrument the variant)")
     fn = runner.function(request.clock_cubin, request.clock_entry or spec.entry)
-    seeds = gate.timing_seeds(request.timing_seed)
+    seeds = input_sets.timing_seeds(request.timing_seed)
     images = [runner.seed_data(spec, seed)[1] for seed in seeds]
     for seed in seeds:  # the baseline's answers first: its launches stay out of the batches
         runner.baseline_outputs(request, seed)

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     """The profiled process: launch the cubin once on the spec's seed-0 inputs."""
     import cupy
 
-    from harness.gate import make_inputs
+    from harness.input_sets import make_inputs
     from harness.spec import load_spec
 
     parser = argparse.ArgumentParser(prog="python -m harness.ncu", description=__doc__)

@@ -66,7 +66,7 @@ def time_graph_us(calls, torch) -> float:
 def time_peer(spec, torch, seed: int = 5) -> dict:
     """The peer's µs per call on the spec's inputs (timed as above), and whether its output
     agrees with the spec's NumPy reference (None where the spec has none)."""
-    from harness.gate import make_inputs, reference_outputs
+    from harness.input_sets import make_inputs, reference_outputs
     from harness.gpu_timing import caches_note, cold_copies, set_bytes
 
     inputs = make_inputs(spec, seed)

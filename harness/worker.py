@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from genomes.errors import RuntimeFailure
-from harness import gate, record, spawn
+from harness import input_sets, record, spawn
 from harness.record import Measurement
 from genomes.launch import Launch
 from harness.spec import KernelSpec
@@ -90,9 +90,9 @@ class MeasureRequest:
     def __post_init__(self):
         if len(self.check_seeds) < MIN_CHECK_SEEDS:
             raise ValueError(f"need at least {MIN_CHECK_SEEDS} check seeds, got {len(self.check_seeds)}")
-        if set(gate.timing_seeds(self.timing_seed)) & set(self.check_seeds):
+        if set(input_sets.timing_seeds(self.timing_seed)) & set(self.check_seeds):
             raise ValueError(f"timing_seed {self.timing_seed} (or the inputs unlike it, seed "
-                             f"{gate.timing_seeds(self.timing_seed)[1]}) is also a check seed; "
+                             f"{input_sets.timing_seeds(self.timing_seed)[1]}) is also a check seed; "
                              "time on other inputs")
         if not 1 <= self.min_reps <= self.max_reps:
             raise ValueError(f"need 1 <= min_reps <= max_reps, got {self.min_reps}, {self.max_reps}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import gate
+from harness import input_sets
 from harness.bench_throughput import format_table, kernel_spec, main, resized
 from harness.suite import find_kernel
 
@@ -15,7 +15,7 @@ def test_resized_elementwise_kernel_has_every_length_and_grid_changed():
     assert [p.count for p in spec.buffers()] == [4 << 20, 4 << 20]
     assert spec.param("n").value == 4 << 20
     assert spec.grid == ((4 << 20) // 256, 1, 1) and spec.block == find_kernel("relu").block
-    inputs = gate.make_inputs(spec, 3)
+    inputs = input_sets.make_inputs(spec, 3)
     assert inputs["x"].shape == (4 << 20,)
     # A count that is no multiple of the block gets a partial last block, and its own name.
     odd = resized(find_kernel("gelu"), 1000)

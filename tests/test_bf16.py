@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from harness import bf16, gate, record
+from harness import bf16, gate, input_sets, record
 from harness.spec import SpecError, load_spec, read_param
 
 DATA = Path(__file__).parent / "data" / "bf16"
@@ -71,24 +71,24 @@ def test_fills_draw_bf16_values_as_the_fill_says(fill, opts, check):
                     "role": "in", "fill": fill, **opts}, "t.toml")
     s = KernelSpec(name="k", entry="k", ptx_path=Path("k.ptx"), grid=(1, 1, 1), block=(1, 1, 1),
                    params=(p,))
-    x = gate.make_inputs(s, 3)["x"]
+    x = input_sets.make_inputs(s, 3)["x"]
     assert x.dtype == np.uint16
     assert check(gate.values(x, "bf16")), gate.values(x, "bf16")[:8]
 
 
 def test_other_inputs_differ_in_every_bf16_element_and_stress_inputs_stay_finite(spec):
-    a = gate.make_inputs(spec, 4)
-    b = gate.make_inputs(spec, 4 + gate.OTHER_INPUTS)
+    a = input_sets.make_inputs(spec, 4)
+    b = input_sets.make_inputs(spec, 4 + input_sets.OTHER_INPUTS)
     for name in ("x", "bias"):
         assert (a[name] != b[name]).all()
         assert np.isfinite(gate.values(b[name], "bf16")).all()
-    stress = gate.values(gate.make_inputs(spec, gate.stress_seed(4))["x"], "bf16")
+    stress = gate.values(input_sets.make_inputs(spec, input_sets.stress_seed(4))["x"], "bf16")
     plain = gate.values(a["x"], "bf16")
     assert np.isfinite(stress).all() and np.abs(stress).max() > 50 * np.abs(plain).max()
 
 
 def _images(spec, seed: int, y: np.ndarray) -> tuple[dict, dict]:
-    inputs = gate.make_inputs(spec, seed)
+    inputs = input_sets.make_inputs(spec, seed)
     after = {p.name: gate.with_canary(y if p.name == "y" else inputs[p.name]) for p in spec.buffers()}
     return inputs, after
 
@@ -101,7 +101,7 @@ def _gelu_bits(inputs) -> np.ndarray:
 
 
 def test_the_gate_judges_bf16_outputs_by_value_within_bf16_tolerance(spec):
-    inputs = gate.make_inputs(spec, 9)
+    inputs = input_sets.make_inputs(spec, 9)
     want = {"y": _gelu_bits(inputs)}
     one_ulp = want["y"] + np.uint16(1)  # the next bf16 up (positive or negative alike)
     for y, verdict in [(want["y"], record.OK), (one_ulp, record.OK)]:
@@ -130,8 +130,8 @@ def test_a_reference_gets_bf16_inputs_as_floats_and_its_outputs_become_bits(spec
 
     monkeypatch.setitem(reference.REFERENCES, "bias_gelu_test", bias_gelu)
     with_ref = dataclasses.replace(spec, reference="bias_gelu_test")
-    inputs = gate.make_inputs(with_ref, 2)
-    out = gate.reference_outputs(with_ref, inputs)
+    inputs = input_sets.make_inputs(with_ref, 2)
+    out = input_sets.reference_outputs(with_ref, inputs)
     assert seen["x"] == np.float32 and out["y"].dtype == np.uint16
     assert np.array_equal(out["y"], _gelu_bits(inputs))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import cheats, gate, record
+from harness import cheats, gate, input_sets, record
 from harness.cheats import CHEATS, FINALIST, GATE, LEGIT, CheatError
 from harness.compile import compile_ptx
 from harness.finalist import MEMCHECK, RACECHECK, UNSAFE_NC, unsafe_nc_loads
@@ -98,16 +98,16 @@ def test_static_check_passes_every_suite_baseline():
 
 
 def test_stress_seeds_are_negative_and_name_their_seed():
-    assert gate.stress_seed(11) == -12 and gate.is_stress_seed(-12) and not gate.is_stress_seed(0)
-    assert gate.seed_label(-12) == "stress inputs of seed 11" and gate.seed_label(11) == "seed 11"
+    assert input_sets.stress_seed(11) == -12 and input_sets.is_stress_seed(-12) and not input_sets.is_stress_seed(0)
+    assert input_sets.seed_label(-12) == "stress inputs of seed 11" and input_sets.seed_label(11) == "seed 11"
     with pytest.raises(ValueError):
-        gate.stress_seed(-1)
+        input_sets.stress_seed(-1)
 
 
 def test_stress_inputs_scale_only_normal_float_inputs():
     spec = find_kernel("layernorm")  # x normal, gamma uniform, beta normal, y out
-    plain, stress = gate.make_inputs(spec, 11), gate.make_inputs(spec, gate.stress_seed(11))
-    again = gate.stress_inputs(spec, 11)
+    plain, stress = input_sets.make_inputs(spec, 11), input_sets.make_inputs(spec, input_sets.stress_seed(11))
+    again = input_sets.stress_inputs(spec, 11)
     for name in plain:
         assert np.asarray(stress[name]).tobytes() == np.asarray(again[name]).tobytes(), name
     assert (stress["gamma"] == plain["gamma"]).all() and (stress["y"] == plain["y"]).all()
@@ -115,10 +115,10 @@ def test_stress_inputs_scale_only_normal_float_inputs():
     scaled = sx != x
     assert 0.10 < scaled.mean() < 0.15  # STRESS_FRACTION = 1/8
     ratio = sx[scaled] / x[scaled]
-    assert set(np.unique(np.round(np.log2(ratio)))) <= set(range(1, gate.STRESS_MAX_EXPONENT + 1))
+    assert set(np.unique(np.round(np.log2(ratio)))) <= set(range(1, input_sets.STRESS_MAX_EXPONENT + 1))
     assert np.abs(sx).max() > 100 * np.abs(x).max() / 2
     emb = find_kernel("embedding_gather")  # int indices stay valid
-    idx = gate.make_inputs(emb, gate.stress_seed(3))["idx"]
+    idx = input_sets.make_inputs(emb, input_sets.stress_seed(3))["idx"]
     assert idx.min() >= 0 and idx.max() < 8192
 
 
@@ -144,9 +144,9 @@ def _gelu(x):
 def test_clamp_cheat_passes_normal_fills_and_fails_stress_inputs():
     spec = find_kernel("gelu")
     for seed in SEEDS:
-        x = gate.make_inputs(spec, seed)["x"]
+        x = input_sets.make_inputs(spec, seed)["x"]
         assert np.abs(x).max() < 16  # 8 sigma: the clamp never bites on the normal fills
-    x = gate.make_inputs(spec, gate.stress_seed(SEEDS[0]))["x"]
+    x = input_sets.make_inputs(spec, input_sets.stress_seed(SEEDS[0]))["x"]
     ok, why = gate.compare({"y": _gelu(np.clip(x, -16, 16))}, {"y": _gelu(x)}, spec, stress=True)
     assert not ok and why.startswith(record.WRONG), why
 
@@ -160,16 +160,16 @@ def _softmax(x, safe: bool):
 def test_unsafe_softmax_passes_normal_fills_and_overflows_on_stress_inputs():
     spec = find_kernel("softmax")
     for seed in SEEDS[:2]:
-        x = gate.make_inputs(spec, seed)["x"].reshape(1024, 1024)
+        x = input_sets.make_inputs(spec, seed)["x"].reshape(1024, 1024)
         assert gate.compare({"y": _softmax(x, False)}, {"y": _softmax(x, True)}, spec)[0]
-    x = gate.make_inputs(spec, gate.stress_seed(SEEDS[0]))["x"].reshape(1024, 1024)
+    x = input_sets.make_inputs(spec, input_sets.stress_seed(SEEDS[0]))["x"].reshape(1024, 1024)
     ok, why = gate.compare({"y": _softmax(x, False)}, {"y": _softmax(x, True)}, spec, stress=True)
     assert not ok and "nan" in why, why
 
 
 def test_f16_inputs_fail_reduce_sum_tolerance():
     spec = find_kernel("reduce_sum")
-    x = gate.make_inputs(spec, SEEDS[0])["x"].reshape(2048, 512)
+    x = input_sets.make_inputs(spec, SEEDS[0])["x"].reshape(2048, 512)
     cheat = x.astype(np.float16).astype(np.float32).sum(axis=1, dtype=np.float32)
     ok, why = gate.compare({"partial": cheat}, {"partial": x.sum(axis=1, dtype=np.float32)}, spec)
     assert not ok and "differ in partial" in why
@@ -177,7 +177,7 @@ def test_f16_inputs_fail_reduce_sum_tolerance():
 
 def test_round_toward_zero_fails_an_exact_tolerance():
     spec = find_kernel("triton_add")
-    v = gate.make_inputs(spec, SEEDS[0])
+    v = input_sets.make_inputs(spec, SEEDS[0])
     exact = v["x"].astype(np.float64) + v["y"].astype(np.float64)  # exact for two f32
     nearest = exact.astype(np.float32)
     overshot = np.abs(nearest.astype(np.float64)) > np.abs(exact)
@@ -190,12 +190,12 @@ def test_round_toward_zero_fails_an_exact_tolerance():
 def test_atom_red_saxpy_rounding_passes_normal_and_stress_checks():
     """mul then add (two roundings) instead of fma (one), as the atom/red variants do."""
     spec = find_kernel("saxpy")
-    for seed in (*SEEDS, gate.stress_seed(SEEDS[0])):
-        v = gate.make_inputs(spec, seed)
+    for seed in (*SEEDS, input_sets.stress_seed(SEEDS[0])):
+        v = input_sets.make_inputs(spec, seed)
         x, y, a = v["x"].astype(np.float64), v["y"].astype(np.float64), float(v["a"])
         fma = (a * x + y).astype(np.float32)
         two = ((a * x).astype(np.float32).astype(np.float64) + y).astype(np.float32)
-        assert gate.compare({"y": two}, {"y": fma}, spec, stress=gate.is_stress_seed(seed))[0], seed
+        assert gate.compare({"y": two}, {"y": fma}, spec, stress=input_sets.is_stress_seed(seed))[0], seed
 
 
 # ---------------------------------------------------------------------- guards
@@ -283,7 +283,7 @@ def test_check_seed_passes_relu_and_sees_a_write_before_y():
 
     runner, request = _runner_with(_relu_kernel)
     assert runner.check_seed(request, 11)["y"].shape == (1 << 20,)
-    assert runner.check_seed(request, gate.stress_seed(11), "after timing")["y"].size == 1 << 20
+    assert runner.check_seed(request, input_sets.stress_seed(11), "after timing")["y"].size == 1 << 20
 
     def underflow(x, y, arena, y_offset):
         _relu_kernel(x, y, arena, y_offset)
@@ -339,4 +339,4 @@ def test_check_seed_names_the_stress_inputs_it_failed_on():
     runner, request = _runner_with(lambda x, y, arena, off: np.copyto(y, np.maximum(np.minimum(x, 16), 0)))
     assert runner.check_seed(request, 11)  # the clamp never bites on the normal fills
     with pytest.raises(_Failed, match=r"^wrong result: .* \(stress inputs of seed 11, after timing\)$"):
-        runner.check_seed(request, gate.stress_seed(11), "after timing")
+        runner.check_seed(request, input_sets.stress_seed(11), "after timing")

@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from harness import encodings, fp8, gate, record
+from harness import encodings, fp8, gate, input_sets, record
 from harness.spec import SpecError, load_spec, read_param
 
 DATA = Path(__file__).parent / "data" / "fp8"
@@ -88,7 +88,7 @@ def test_fills_draw_fp8_values_as_the_fill_says(dtype, fill, opts, check):
                     "role": "in", "fill": fill, **opts}, "t.toml")
     s = KernelSpec(name="k", entry="k", ptx_path=Path("k.ptx"), grid=(1, 1, 1), block=(1, 1, 1),
                    params=(p,))
-    x = gate.make_inputs(s, 3)["x"]
+    x = input_sets.make_inputs(s, 3)["x"]
     assert x.dtype == np.uint8
     v = gate.values(x, dtype)
     assert np.isfinite(v).all() and check(v), v[:8]
@@ -96,7 +96,7 @@ def test_fills_draw_fp8_values_as_the_fill_says(dtype, fill, opts, check):
 
 def test_other_inputs_differ_in_every_fp8_element_and_stress_inputs_stay_finite():
     spec = load_spec(DATA / "dequantize_e5m2.toml")
-    a, b = gate.make_inputs(spec, 4), gate.make_inputs(spec, 4 + gate.OTHER_INPUTS)
+    a, b = input_sets.make_inputs(spec, 4), input_sets.make_inputs(spec, 4 + input_sets.OTHER_INPUTS)
     assert (a["q"] != b["q"]).all() and np.isfinite(gate.values(b["q"], "f8e5m2")).all()
     import dataclasses
 
@@ -104,8 +104,8 @@ def test_other_inputs_differ_in_every_fp8_element_and_stress_inputs_stay_finite(
     p = read_param({"name": "x", "kind": "buffer", "dtype": "f8e4m3", "count": 50_000, "role": "in",
                     "std": 8.0}, "t.toml")
     spec = dataclasses.replace(load_spec(DATA / "quantize_e4m3.toml"), params=(p,) + quant[1:])
-    stress = gate.values(gate.make_inputs(spec, gate.stress_seed(4))["x"], "f8e4m3")
-    plain = gate.values(gate.make_inputs(spec, 4)["x"], "f8e4m3")
+    stress = gate.values(input_sets.make_inputs(spec, input_sets.stress_seed(4))["x"], "f8e4m3")
+    plain = gate.values(input_sets.make_inputs(spec, 4)["x"], "f8e4m3")
     assert np.isfinite(stress).all()  # clipped to 448, not rounded past it to NaN
     assert np.abs(stress).max() == fp8.E4M3.MAX > 4 * np.abs(plain).max()
 
@@ -118,7 +118,7 @@ def _quantized(inputs, spec) -> np.ndarray:
 
 def test_the_gate_judges_fp8_outputs_by_value_within_one_unit_in_the_last_place():
     spec = load_spec(DATA / "quantize_e4m3.toml")
-    inputs = gate.make_inputs(spec, 9)
+    inputs = input_sets.make_inputs(spec, 9)
     want = {"y": _quantized(inputs, spec)}
 
     def judged(y):

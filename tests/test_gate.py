@@ -10,9 +10,10 @@ import pytest
 
 from harness import record
 from harness.gate import (
-    CANARY_BYTES, SPEEDUP_REVIEW, check_launch, compare, is_poison, make_inputs, poison_value,
-    poisoned, reference_outputs, speedup_flags, split_canary, with_canary,
+    CANARY_BYTES, SPEEDUP_REVIEW, check_launch, compare, is_poison, poison_value, poisoned,
+    speedup_flags, split_canary, with_canary,
 )
+from harness.input_sets import make_inputs, reference_outputs
 from harness.spec import BufferParam, KernelSpec, ScalarParam, Tolerance
 from harness.suite import find_kernel
 

@@ -138,12 +138,12 @@ def test_batches_alternate_between_two_input_sets_and_the_last_is_judged():
     the outputs) of the batch before it, every launch after a batch's first starts on its
     outputs restored from that batch's images (poison, inouts' inputs), and the outputs the
     last launch left are judged after timing, against the baseline on its inputs."""
-    from harness import gate
+    from harness import input_sets
 
     runner = FakeRunner()
     req = request(warmup=0, min_reps=24, max_reps=24)
     gpu_timing.time_clock64(runner, req)
-    a, b = gate.timing_seeds(req.timing_seed)
+    a, b = input_sets.timing_seeds(req.timing_seed)
     n = gpu_timing.CLOCK_BATCH + 1
     assert [seed for _, seed in runner.launched] == [a] * n + [b] * n + [a] * n
     assert runner.restores == [a] * (n - 1) + [b] * (n - 1) + [a] * (n - 1)

@@ -270,7 +270,7 @@ def test_instrumented_kernel_gives_the_same_outputs(suite, name):
     """Bit-identical outputs with and without instrumentation; clock64 kernels give sane cycles."""
     import cupy
 
-    from harness.gate import make_inputs
+    from harness.input_sets import make_inputs
 
     spec = next(s for s in suite if s.name == name)
     inputs = make_inputs(spec, 0)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.gate import make_inputs
+from harness.input_sets import make_inputs
 from harness.kernels.check_gpu import run_once
 from harness.peers import load_peer
 from harness.spec import load_spec

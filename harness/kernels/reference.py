@@ -30,7 +30,7 @@ def random_inputs(spec, rng: np.random.Generator, xp=np) -> Inputs:
 
     Param order fixes the order of draws, so a seed gives the same inputs everywhere.
     ``xp``: the array module the buffers are made in (CuPy, with ``rng`` drawing on the
-    GPU: ``harness.gate.make_inputs``).
+    GPU: ``harness.input_sets.make_inputs``).
     """
     from harness import encodings
 
