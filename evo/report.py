@@ -123,9 +123,10 @@ def best_genome(result: KernelResult) -> str:
     if launch:
         text += f" [launch grid {'x'.join(map(str, launch['grid']))}, block " \
                 f"{'x'.join(map(str, launch['block']))}]"
-    error = (result.best or {}).get("max_rel_err")
-    if error:
-        text += f" (outputs within {error:.2g} relative of the baseline's)"
+    best = result.best or {}
+    if best.get("max_rel_err"):  # a relative error alone reads large where values are near zero
+        up_to = f"up to {best['max_abs_err']:.2g}, " if "max_abs_err" in best else ""
+        text += f" (outputs differ from the baseline's by {up_to}{best['max_rel_err']:.2g} relative)"
     return text
 
 

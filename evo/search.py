@@ -222,18 +222,20 @@ def summary(m: Measurement) -> dict:
             # a launch other than the spec's (coarsen, block genes): part of the variant
             **({"launch": m.notes["launch"]} if "launch" in m.notes else {}),
             # how far a valid variant's outputs are from the baseline's (fast-math genes)
-            **({"max_rel_err": m.notes["max_rel_err"]} if m.notes.get("max_rel_err") else {}),
+            **({key: m.notes[key] for key in _ERRORS if key in m.notes}
+               if any(m.notes.get(key) for key in _ERRORS) else {}),
             # events timing: time per launch, bytes moved and the copy roofline (report.md)
             **{key: m.notes[key] for key in _MEMORY_NOTES if key in m.notes}}
 
 
 _MEMORY_NOTES = ("us_per_launch", "bytes_moved", "copy_gbps", "caches")
+_ERRORS = ("max_abs_err", "max_rel_err")
 
 
 def measurement(kernel: str, s: dict) -> Measurement:
     """The Measurement a ``summary`` was made from, its notes as far as the summary keeps
     them (the launch, the largest error, the memory figures)."""
-    notes = {key: s[key] for key in ("launch", "max_rel_err", *_MEMORY_NOTES) if key in s}
+    notes = {key: s[key] for key in ("launch", *_ERRORS, *_MEMORY_NOTES) if key in s}
     return Measurement(kernel=kernel, device=s["device"], valid=s["valid"], reason=s["reason"],
                        cycles=s["cycles"], p10=s["p10"], p90=s["p90"], n=s["n"],
                        timer=s["timer"], backend=s["backend"], registers=s["registers"],

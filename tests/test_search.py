@@ -274,9 +274,16 @@ def test_a_summary_reads_back_as_the_measurement_it_was():
     m = Measurement("k", "H200", True, cycles=812.5, timer="events", n=12, p10=800.0, p90=830.0,
                     registers=32, flags=["fast-math"],
                     notes={"us_per_launch": 2.5, "bytes_moved": 8 << 20, "copy_gbps": 3900.0,
-                           "caches": "warm", "max_rel_err": 1e-6, "phases": {"dropped": 1.0}})
+                           "caches": "warm", "max_abs_err": 2e-8, "max_rel_err": 1e-6,
+                           "phases": {"dropped": 1.0}})
     back = measurement("k", json.loads(json.dumps(summary(m))))
     assert (back.cycles, back.valid, back.timer, back.n, back.registers, back.flags) == (
         812.5, True, "events", 12, 32, ["fast-math"])
     assert back.notes == {"us_per_launch": 2.5, "bytes_moved": 8 << 20, "copy_gbps": 3900.0,
-                          "caches": "warm", "max_rel_err": 1e-6}  # not the worker's phases
+                          "caches": "warm", "max_abs_err": 2e-8, "max_rel_err": 1e-6}  # not the phases
+    from evo.report import best_genome
+    from evo.search import KernelResult
+
+    result = KernelResult("k", None, {"genes": []}, summary(m), evals=1, generations=1)
+    assert best_genome(result).endswith("(outputs differ from the baseline's by up to 2e-08, "
+                                        "1e-06 relative)")
