@@ -163,6 +163,24 @@ def pointer_uses(ptx_text: str, entry: str) -> dict[str, PointerUse]:
     return out
 
 
+def params_read(ptx_text: str, entry: str) -> frozenset[str]:
+    """The entry's params its code loads (``ld.param``): a param declared and never read
+    does not reach the kernel's work (Triton keeps the sizes Inductor compiled in as
+    params it does not read)."""
+    from genomes.ptx import parse
+
+    fn = next((f for f in parse(ptx_text).entries if f.name == entry), None)
+    if fn is None:
+        return frozenset()
+    read = set()
+    for ins in fn.instructions():
+        if ins.op == "ld" and "param" in ins.mods:
+            addr = ins.address()
+            if addr is not None:
+                read.add(addr.base)
+    return frozenset(read)
+
+
 def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None = None) -> str:
     """A TOML spec skeleton for one PTX entry, with "TODO" where only the user knows.
 

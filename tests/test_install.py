@@ -55,6 +55,40 @@ def test_the_plan_installs_what_changed_the_code_and_says_why_not_for_the_rest(t
     assert failed.reason == "its baseline failed the gate in this run: wrong result: 9 of 9 elements differ"
 
 
+@needs_ptxas
+def test_a_kernel_that_reads_its_sizes_at_run_time_is_not_installed(tmp_path):
+    """Dynamic shapes: the captured code reads xnumel, so one launcher runs it at every
+    size, and evo checked the variant at the captured one only."""
+    import shutil
+
+    cap = tmp_path / "cap"
+    shutil.copytree(DECODER, cap)
+    kernels = capture.read(cap)["kernels"]
+    spec = kernels[0]["kernel_spec"]
+    size = [p.name for p in spec.params if p.kind == "scalar"][0]
+    index = [p.name for p in spec.params].index(size)
+    first_read = next(line for line in spec.ptx_text().splitlines() if "ld.param.b64" in line)
+    reads = (f"{first_read}\n\t.reg .b32 %evo_n;\n"
+             f"\tld.param.b32 %evo_n, [{spec.entry}_param_{index}];")
+    spec.ptx_path.write_text(spec.ptx_text().replace(first_read, reads, 1))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoint.json").write_text(json.dumps({"kernels": {}}))
+    spec = capture.read(cap)["kernels"][0]["kernel_spec"]
+    _best(run, spec, "maxnreg(n=32)")
+    (choice,) = [c for c in plan(cap, run) if c.name == spec.name]
+    assert choice.cubin is None and choice.reason.startswith(f"its code reads {size} at run time")
+    plain = {c.name: c for c in plan(DECODER, _decoder_run(tmp_path / "plain", "maxnreg(n=32)"))}
+    assert plain[spec.name].cubin is not None  # the static kernel, as captured: installed
+
+
+def _decoder_run(run: Path, genome: str) -> Path:
+    (run / "best").mkdir(parents=True)
+    (run / "checkpoint.json").write_text(json.dumps({"kernels": {}}))
+    _best(run, capture.read(DECODER)["kernels"][0]["kernel_spec"], genome)
+    return run
+
+
 def test_the_report_says_the_step_the_limit_and_each_kernel():
     from evo.model.install import Choice
 

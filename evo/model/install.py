@@ -2,8 +2,8 @@
 
 ``plan(capture_dir, run_dir)`` decides per captured kernel what to install: the run's best
 PTX for it (``best/<name>.ptx``), assembled by evo's ptxas for the device, or nothing, with
-the reason (not evolved, the baseline stayed best, its genome changes the launch that
-Inductor computes itself).
+the reason (not evolved, the baseline stayed best, its code reads its sizes at run time,
+its genome changes the launch that Inductor computes itself).
 
 ``Installed`` (a context manager; ``enable``/``disable`` switch it) wraps Inductor's
 ``CachingAutotuner.run`` until it has found every chosen kernel: the first time a captured
@@ -15,8 +15,10 @@ with its grid, arguments and stream, at no cost per launch (the first version ke
 checking sizes on every launch, and a host-bound decoder step read 0.906x with evolved
 kernels whose outputs were bitwise the same; unwrapped, 1.004x: H200, BENCHMARKS.md
 session 13). So a kernel is
-installed for the sizes it was captured with; a program compiled with ``dynamic=True``
-could launch the same code at other sizes, where the variant was never checked. CUDA
+installed for the sizes it was captured with, and only where its code cannot run at
+others: a kernel compiled for dynamic shapes (``dynamic=True``, or after torch.compile saw
+a size change) reads its sizes as params, one launcher runs it at every size, and the
+variant was checked at the captured ones only, so ``plan`` does not install it. CUDA
 graphs recorded before a swap keep the code they recorded.
 """
 
@@ -89,6 +91,12 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
         if _sha(text) == choice.ptx_sha:
             choice.reason = "the baseline stayed best"
             continue
+        sizes = _read_at_run_time(spec, captured)
+        if sizes:
+            choice.reason = (f"its code reads {', '.join(sizes)} at run time (compiled for dynamic "
+                             "shapes): the same code runs at other sizes, and evo checked it at "
+                             "the captured ones only")
+            continue
         launch = best.with_suffix(".launch.json")
         if launch.is_file():
             shape = json.loads(launch.read_text())
@@ -105,6 +113,17 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
             continue
         choice.cubin = compiled.cubin
     return choices
+
+
+def _read_at_run_time(spec, ptx: str) -> list[str]:
+    """The scalar params (sizes) the kernel's code reads. Inductor compiles static sizes
+    into the code and passes them as params Triton never reads; a kernel compiled for
+    dynamic shapes reads them, and one launcher then runs it at every size."""
+    from harness.spec_ptx import params_read, ptx_entries
+
+    declared = ptx_entries(ptx).get(spec.entry, [])
+    read = params_read(ptx, spec.entry)
+    return [p.name for p, q in zip(spec.params, declared) if p.kind == "scalar" and q.name in read]
 
 
 def _genome_label(path: Path) -> str:
