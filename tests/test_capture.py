@@ -186,3 +186,15 @@ def test_fp8_pointers_become_fp8_buffers_drawn_over_the_range_seen(manifest, tmp
     assert not capture.write([fp8], tmp_path)["skipped"]
     x = capture.read(tmp_path)["kernels"][0]["kernel_spec"].param("in_ptr0")
     assert (x.dtype, x.fill, x.low, x.high, x.nbytes) == ("f8e4m3", "uniform", -2.0, 3.0, 64)
+
+
+def test_a_kernel_that_reads_its_sizes_is_marked_dynamic_in_the_manifest(manifest, tmp_path):
+    first = _launches(manifest)[0]
+    spec = manifest["kernels"][0]["kernel_spec"]
+    size = next(i for i, p in enumerate(spec.params) if p.kind == "scalar")
+    load = next(line for line in first.ptx.splitlines() if "ld.param.b64" in line)
+    reads = f"{load}\n\t.reg .b32 %evo_n;\n\tld.param.b32 %evo_n, [{spec.entry}_param_{size}];"
+    dynamic = Launch(**{**first.__dict__, "ptx": first.ptx.replace(load, reads, 1)})
+    assert capture.write([first], tmp_path / "static")["kernels"][0]["reads_sizes"] == []
+    marked = capture.write([dynamic], tmp_path / "dynamic")["kernels"][0]["reads_sizes"]
+    assert marked == [spec.params[size].name]

@@ -279,6 +279,17 @@ class _Compiled:
         self.metadata = {"num_warps": launch.num_warps, "shared": launch.shared, "name": launch.kernel}
 
 
+def read_at_run_time(spec, ptx: str) -> list[str]:
+    """The scalar params (sizes) the kernel's code reads. Inductor compiles static sizes
+    into the code and passes them as params Triton never reads; a kernel compiled for
+    dynamic shapes reads them, and one launcher then runs it at every size."""
+    from harness.spec_ptx import params_read, ptx_entries
+
+    declared = ptx_entries(ptx).get(spec.entry, [])
+    read = params_read(ptx, spec.entry)
+    return [p.name for p, q in zip(spec.params, declared) if p.kind == "scalar" and q.name in read]
+
+
 def write(launches: list[Launch], out, times: dict[str, float] | None = None, total_us: float = 0.0,
           source: dict | None = None, step_timed: bool = True) -> dict:
     """The capture folder from recorded launches (module docstring); returns the manifest.
@@ -316,6 +327,8 @@ def write(launches: list[Launch], out, times: dict[str, float] | None = None, to
             "gpu_us": us, "share": (us / total_us if us is not None and total_us else None),
             "grid": list(first.grid), "block": 32 * first.num_warps,
             "source": {"kernel": first.kernel, "cache_hash": first.cache_hash},
+            # sizes its code reads: compiled for dynamic shapes, not installed (install.plan)
+            "reads_sizes": read_at_run_time(spec, first.ptx),
             "launch": dataclasses.asdict(first) | {"ptx": None}})
     kernels.sort(key=lambda k: -(k["gpu_us"] or 0.0))
     triton_us = sum(times.get(name, 0.0) for name in per_name)

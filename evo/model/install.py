@@ -58,7 +58,7 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
     from harness.compile import compile_ptx
 
     from evo.llm.occupancy import ptx_target
-    from evo.model.capture import read
+    from evo.model.capture import read, read_at_run_time
 
     run = Path(run_dir)
     if not (run / "checkpoint.json").is_file():
@@ -91,7 +91,7 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
         if _sha(text) == choice.ptx_sha:
             choice.reason = "the baseline stayed best"
             continue
-        sizes = _read_at_run_time(spec, captured)
+        sizes = read_at_run_time(spec, captured)
         if sizes:
             choice.reason = (f"its code reads {', '.join(sizes)} at run time (compiled for dynamic "
                              "shapes): the same code runs at other sizes, and evo checked it at "
@@ -113,17 +113,6 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
             continue
         choice.cubin = compiled.cubin
     return choices
-
-
-def _read_at_run_time(spec, ptx: str) -> list[str]:
-    """The scalar params (sizes) the kernel's code reads. Inductor compiles static sizes
-    into the code and passes them as params Triton never reads; a kernel compiled for
-    dynamic shapes reads them, and one launcher then runs it at every size."""
-    from harness.spec_ptx import params_read, ptx_entries
-
-    declared = ptx_entries(ptx).get(spec.entry, [])
-    read = params_read(ptx, spec.entry)
-    return [p.name for p, q in zip(spec.params, declared) if p.kind == "scalar" and q.name in read]
 
 
 def _genome_label(path: Path) -> str:

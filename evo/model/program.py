@@ -225,6 +225,12 @@ def cmd_capture(args) -> int:
         print(f"  {share}  {k['name']}  ({k['launches']} launches)")
     for s in skipped:
         print(f"  skipped {s['kernel']}: {s['reason']}")
+    dynamic = [k["name"] for k in kernels if k.get("reads_sizes")]
+    if dynamic:
+        print(f"  {len(dynamic)} kernel(s) compiled for dynamic shapes read their sizes at run "
+              "time: evo can evolve them but will not install them (checked at one size, run "
+              "at any); torch.compile(dynamic=False) compiles each size apart: "
+              + ", ".join(dynamic))
     if manifest["source"].get("graphed"):
         print("  launched inside CUDA graphs (counted per replay; timed only where they "
               "also ran outside one): " + ", ".join(manifest["source"]["graphed"]))
