@@ -49,7 +49,7 @@ def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
         is_glob = any(ch in pattern for ch in "*?[")
         folder = Path(os.path.expanduser(pattern))
         if (folder / capture.MANIFEST).is_file():  # a capture: its kernels, largest share first
-            matches = [k["kernel_spec"] for k in capture.read(folder)["kernels"]]
+            matches = _installable(folder, capture.read(folder)["kernels"])
         elif is_glob and ("/" in pattern or pattern.endswith((".toml", ".ptx"))):
             files = sorted(f for f in glob.glob(os.path.expanduser(pattern))
                            if f.endswith((".toml", ".ptx")) and os.path.isfile(f))
@@ -72,6 +72,22 @@ def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
     if not chosen:
         raise EvoError("the suite is empty: name kernels in [run] suite or with --kernel")
     return chosen
+
+
+def _installable(folder: Path, kernels: list[dict]) -> list[KernelSpec]:
+    """A capture's kernels less those compiled for dynamic shapes, which ``evo.install``
+    would not put back (``install.plan``): evaluations spent on them would reach no
+    program. Said on stderr; none left is an error that says why."""
+    dynamic = [k["name"] for k in kernels if k.get("reads_sizes")]
+    if dynamic:
+        print(f"evo: {folder}: {len(dynamic)} kernel(s) left out, compiled for dynamic shapes "
+              "(their code reads its sizes: they would not be installed; torch.compile("
+              "dynamic=False) compiles each size apart): " + ", ".join(dynamic), file=sys.stderr)
+    if kernels and len(dynamic) == len(kernels):
+        raise EvoError(f"{folder}: every captured kernel is compiled for dynamic shapes, and "
+                       "none would be installed: capture the program with "
+                       "torch.compile(dynamic=False)")
+    return [k["kernel_spec"] for k in kernels if not k.get("reads_sizes")]
 
 
 def start_run(config: Config, out: Path | None) -> RunDir:

@@ -198,3 +198,21 @@ def test_a_kernel_that_reads_its_sizes_is_marked_dynamic_in_the_manifest(manifes
     assert capture.write([first], tmp_path / "static")["kernels"][0]["reads_sizes"] == []
     marked = capture.write([dynamic], tmp_path / "dynamic")["kernels"][0]["reads_sizes"]
     assert marked == [spec.params[size].name]
+
+
+def test_a_run_on_a_capture_leaves_out_the_kernels_compiled_for_dynamic_shapes(tmp_path, capsys):
+    from evo.run import resolve_suite
+
+    cap = tmp_path / "cap"
+    shutil.copytree(DECODER, cap)
+    data = json.loads((cap / capture.MANIFEST).read_text())
+    data["kernels"][1]["reads_sizes"] = ["xnumel"]
+    (cap / capture.MANIFEST).write_text(json.dumps(data))
+    names = [s.name for s in resolve_suite([str(cap)])]
+    assert names == [k["name"] for i, k in enumerate(data["kernels"]) if i != 1]
+    assert "1 kernel(s) left out, compiled for dynamic shapes" in capsys.readouterr().err
+    for k in data["kernels"]:
+        k["reads_sizes"] = ["xnumel"]
+    (cap / capture.MANIFEST).write_text(json.dumps(data))
+    with pytest.raises(EvoError, match="every captured kernel is compiled for dynamic shapes"):
+        resolve_suite([str(cap)])
