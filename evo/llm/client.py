@@ -21,6 +21,7 @@ and auditable:
   indices again and replays the answers of the interrupted run, without a request;
 * ``<log_dir>/NNNNN-<purpose>.json``: every exchange, with prompt, request fields,
   answer, usage, attempts and outcome.
+(``evo.llm.transcript`` writes both.)
 
 The API key is read from the environment variable named by ``[llm] api_key_env`` and is
 held only by the ``openai`` client object: it is never written to a log, the cache, an
@@ -35,10 +36,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import json
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -49,13 +48,12 @@ from evo.config import LlmConfig
 from evo.llm.request import (DIGEST_CHARS, OVERFLOW_HINT, cache_key, context_overflow,
                              error_message, rejected_field, rejection, request_digest,
                              request_fields)
-from evo.rundir import write_atomic
+from evo.llm.transcript import Transcript
 from genomes.errors import EvoError
 
 BACKOFF_BASE = 0.5  # seconds before the first retry; doubles per retry
 BACKOFF_CAP = 30.0  # no single wait is longer, whatever Retry-After asks for
 ERROR_CHARS = 300  # error bodies can be whole HTML pages; a reply keeps their start
-MIN_SECRET_LEN = 8  # masking a 1-3 character "key" would garble ordinary text
 COUNTERS = ("calls", "cached", "failures", "prompt_tokens", "completion_tokens", "attempts")
 SETUP_STATUS = {401: "the API key was refused", 403: "the API key may not use this",
                 404: "no such model or endpoint"}
@@ -133,7 +131,7 @@ class LlmClient:
         self._counts = dict.fromkeys(COUNTERS, 0)
         self._draws: dict[str, int] = {}  # request digest -> draws so far (see cache_key)
         self._answers: set[str] = set()  # digests of the answer texts received
-        self._seq: int | None = None
+        self.transcript = Transcript(self.log_dir, config, env)
         self._unanswered = 0  # calls in a row that failed, while none has succeeded yet
         self._answered = False
         # Kernels searched at once ([run] jobs) share the client: its books (draws, counts,
@@ -178,7 +176,7 @@ class LlmClient:
         request = request_digest(self.config, messages)
         plan.draw = self._draws.get(request, 0)
         plan.key = cache_key(self.config, messages, plan.draw)
-        hit = self._cache_get(plan.key) if self.config.cache else None
+        hit = self.transcript.answer(plan.key) if self.config.cache else None
         if hit is not None:
             self._draws[request] = plan.draw + 1
             plan.reply = LlmReply(hit["text"], hit.get("prompt_tokens", 0),
@@ -203,7 +201,7 @@ class LlmClient:
         if reply.cached:
             self._counts["cached"] += 1
             self._answers.add(_digest(reply.text))
-            self._log(plan.purpose, plan.messages, reply, plan.key)
+            self.transcript.log(plan.purpose, plan.messages, reply, plan.key)
             return reply
         if plan.spent:
             # Not logged: nothing was exchanged, and a loop hitting the cap would flood it.
@@ -215,11 +213,11 @@ class LlmClient:
             self._counts["completion_tokens"] += reply.completion_tokens
             self._answers.add(_digest(reply.text))
             if self.config.cache:
-                self._cache_put(plan.key, plan.messages, reply)
+                self.transcript.keep(plan.key, plan.messages, reply)
         else:
             self._counts["failures"] += 1
             self._unanswered = 0 if self._answered else self._unanswered + 1
-        self._log(plan.purpose, plan.messages, reply, plan.key)
+        self.transcript.log(plan.purpose, plan.messages, reply, plan.key)
         if plan.rejected is not None:
             raise LlmError(rejection(plan.rejected, reply.error))
         if plan.setup is not None:
@@ -271,10 +269,10 @@ class LlmClient:
             served = [m.id for m in client.models.list().data]
         except (openai.AuthenticationError, openai.PermissionDeniedError) as err:
             raise LlmError(f"the LLM endpoint refuses the run: HTTP {err.status_code}: "
-                           f"{self._mask(_short(error_message(err)))} ({where}): {hint}") from None
+                           f"{self.transcript.mask(_short(error_message(err)))} ({where}): {hint}") from None
         except openai.APIConnectionError as err:  # a timeout is one too
             raise LlmError(f"the LLM endpoint cannot be reached ({where}: "
-                           f"{self._mask(_short(str(err.__cause__ or err)))}): {hint}") from None
+                           f"{self.transcript.mask(_short(str(err.__cause__ or err)))}): {hint}") from None
         except (openai.APIStatusError, openai.APIResponseValidationError, AttributeError,
                 TypeError, ValueError):
             return  # no model list here: nothing to judge before the first call
@@ -352,7 +350,7 @@ class LlmClient:
         if attempts > 1:
             error = f"{error} (after {attempts} attempts)"
         return LlmReply("", seconds=self._clock() - start, attempts=attempts,
-                        error=self._mask(error), draw=draw), rejected, setup
+                        error=self.transcript.mask(error), draw=draw), rejected, setup
 
     def _attempt(self, client, messages: list[dict]) -> tuple[str, int, int, bool]:
         """One request: (text, prompt tokens, completion tokens, cut at the token cap), or
@@ -387,53 +385,6 @@ class LlmClient:
         except openai.OpenAIError as err:
             raise _Failed(f"{type(err).__name__}: {_short(str(err))}", retry=False) from None
         return _extract(response)
-
-    # -- cache and log -------------------------------------------------------------------
-
-    def _cache_get(self, key: str) -> dict | None:
-        if self.log_dir is None:
-            return None
-        try:
-            entry = json.loads((self.log_dir / "cache" / f"{key}.json").read_text())
-        except (OSError, ValueError):
-            return None  # absent or damaged: ask the endpoint again
-        return entry if isinstance(entry, dict) and isinstance(entry.get("text"), str) else None
-
-    def _cache_put(self, key: str, messages: list[dict], reply: LlmReply) -> None:
-        if self.log_dir is None:
-            return
-        entry = {"model": self.config.model, "fields": request_fields(self.config),
-                 "draw": reply.draw, "messages": messages, "text": reply.text,
-                 "prompt_tokens": reply.prompt_tokens,
-                 "completion_tokens": reply.completion_tokens, "truncated": reply.truncated}
-        write_atomic(self.log_dir / "cache" / f"{key}.json", self._dumps(entry))
-
-    def _log(self, purpose: str, messages: list[dict], reply: LlmReply, key: str) -> None:
-        if self.log_dir is None:
-            return
-        if self._seq is None:
-            self._seq = _last_seq(self.log_dir)  # a resumed run continues the numbering
-        self._seq += 1
-        outcome = "cached" if reply.cached else "ok" if reply.ok else "error"
-        record = {"seq": self._seq, "purpose": purpose, "outcome": outcome,
-                  "error": reply.error, "model": self.config.model,
-                  "fields": request_fields(self.config), "draw": reply.draw,
-                  "cache_key": key, "attempts": reply.attempts,
-                  "seconds": round(reply.seconds, 4), "prompt_tokens": reply.prompt_tokens,
-                  "completion_tokens": reply.completion_tokens, "messages": messages,
-                  "text": reply.text}
-        name = f"{self._seq:05d}-{_slug(purpose)}.json"
-        write_atomic(self.log_dir / name, self._dumps(record))
-
-    def _dumps(self, data: dict) -> str:
-        return self._mask(json.dumps(data, indent=1, ensure_ascii=False))
-
-    def _mask(self, text: str) -> str:
-        """``text`` with the key masked, should an endpoint or prompt ever echo it."""
-        secret = self._env.get(self.config.api_key_env, "")
-        if len(secret) >= MIN_SECRET_LEN and secret in text:
-            return text.replace(secret, "***")
-        return text
 
 
 def backoff(attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
@@ -487,15 +438,3 @@ def _retry_after(response) -> float | None:
 def _short(text: str) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + "..."
-
-
-def _slug(purpose: str) -> str:
-    """``purpose`` made safe for a file name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", purpose).strip("._")[:40] or "call"
-
-
-def _last_seq(log_dir: Path) -> int:
-    """The highest NNNNN already used in ``log_dir`` (0 if none)."""
-    seqs = [int(m.group(1)) for p in log_dir.glob("*.json")
-            if (m := re.match(r"(\d{5,})-", p.name))]
-    return max(seqs, default=0)
