@@ -115,6 +115,22 @@ def test_cloning_copies_greedy_and_grpo_finds_the_path_greedy_misses():
     assert policy.vocab[int(logits.argmax())] in (B, C)  # either order reaches {B, C}
 
 
+def test_grpo_chooses_its_weights_on_kernels_it_did_not_train_on():
+    """validation: two of six kernels are cloned from but left out of GRPO, and the weights
+    kept are scored on them: the path greedy misses, found on the other four, is kept for
+    what it gains on those two."""
+    pytest.importorskip("torch")
+    from evo.learn.policy_train import train
+
+    lands = [myopic(f"k{i}", feature=0.1 * i) for i in range(6)]
+    data = train(lands, iterations=200, group=16, clone_epochs=300, seed=1, validation=0.34)
+    assert data["trained"]["scored_on"] == "2 held out"
+    reward = data["trained"]["one_rollout_reward"]
+    assert reward["cloned"] == pytest.approx(0.10 - STEP_COST)
+    assert reward["grpo"] == pytest.approx(0.50 - 2 * STEP_COST), reward
+    assert train(lands, iterations=0, clone_epochs=5, seed=1)["trained"]["scored_on"] == "training"
+
+
 def test_training_leaves_out_the_excluded_kernels(tmp_path):
     pytest.importorskip("torch")
     kb = {"version": 1, "kernels": [

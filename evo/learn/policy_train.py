@@ -230,10 +230,13 @@ def train(landscapes: list[Landscape], *, hidden: int = 64, clone_epochs: int = 
           iterations: int = 150, group: int = 8, batch: int = 64, lr: float = 1e-3,
           grpo_lr: float = 3e-3,
           clip: float = 0.2, beta: float = 0.01, epochs: int = 2, t_start: float = 1.5,
-          t_end: float = 0.3, epsilon: float = 0.3, seed: int = 0,
+          t_end: float = 0.3, epsilon: float = 0.3, seed: int = 0, validation: float = 0.0,
           log: Callable[[str], None] | None = None) -> dict:
     """A policy file's data: cloned from greedy, then improved by GRPO (module docstring)
-    on ``batch`` kernels a iteration (all where fewer), every choice from ``seed``."""
+    on ``batch`` kernels a iteration (all where fewer), every choice from ``seed``.
+    ``validation`` > 0: that share of the kernels (at least 5 in all) is cloned from but
+    left out of GRPO, and the weights kept are those whose argmax rollouts score best on
+    it, not on the kernels GRPO trained on."""
     import copy
     import random
 
@@ -252,7 +255,13 @@ def train(landscapes: list[Landscape], *, hidden: int = 64, clone_epochs: int = 
     net = _net(torch, inputs, hidden, len(data["vocab"]) + 1)
     agree = clone(torch, net, kernels, clone_epochs, lr)
     ref = copy.deepcopy(net)
-    before = _mean_reward(torch, net, kernels, gen)
+    scored = kernels
+    if validation > 0 and len(kernels) >= 5:
+        order = kernels[:]
+        random.Random(seed + 1).shuffle(order)
+        count = min(len(order) - 1, max(1, round(validation * len(order))))
+        scored, kernels = order[:count], order[count:]
+    before = _mean_reward(torch, net, scored, gen)
     # GRPO's last iterate is not always its best: every CHECK_EVERY iterations the argmax
     # rollouts on the training kernels are scored and the best weights kept (the cloned
     # ones included), so that training never ends worse than cloning on what it saw.
@@ -264,7 +273,7 @@ def train(landscapes: list[Landscape], *, hidden: int = 64, clone_epochs: int = 
         runs = rollouts(torch, net, chosen, group, t, gen, epsilon=epsilon)
         grpo_step(torch, net, ref, opt, runs, group, t, clip, beta, epochs)
         if (it + 1) % CHECK_EVERY == 0 or it + 1 == iterations:
-            score = _mean_reward(torch, net, kernels, gen)
+            score = _mean_reward(torch, net, scored, gen)
             if score > best:
                 best, kept = score, copy.deepcopy(net.state_dict())
             if log:
@@ -273,13 +282,14 @@ def train(landscapes: list[Landscape], *, hidden: int = 64, clone_epochs: int = 
                     f"{score:+.4f} (best so far {best:+.4f})")
     net.load_state_dict(kept)
     after = best
-    greedy = statistics.fmean(k.land.greedy_reward(k.encoder.vocab) for k in kernels)
+    greedy = statistics.fmean(k.land.greedy_reward(k.encoder.vocab) for k in scored)
     data["layers"] = [{"w": _rounded(layer.weight.tolist()), "b": _rounded(layer.bias.tolist())}
                       for layer in net if isinstance(layer, torch.nn.Linear)]
     data["trained"] = {"kernels": len(kernels), "seed": seed, "clone_agreement": round(agree, 4),
                        "one_rollout_reward": {"cloned": round(before, 5), "grpo": round(after, 5),
                                               "greedy_on_the_same_data": round(greedy, 5)},
-                       "iterations": iterations, "group": group}
+                       "iterations": iterations, "group": group,
+                       "scored_on": "training" if scored is kernels else f"{len(scored)} held out"}
     return data
 
 
