@@ -118,8 +118,11 @@ def test_the_report_says_the_step_the_limit_and_each_kernel():
     ran = report(verdict | {"kernels_installed": [], "kernels_refused": {
         choices[0].kernel: "RuntimeError: no kernel image"}}, manifest, choices)
     assert ran.count("| yes") == 0 and "no: RuntimeError: no kernel image" in ran
-    assert "no: not launched with its captured sizes" in report(
+    assert "no: not launched with its captured code and sizes" in report(
         verdict | {"kernels_installed": []}, manifest, choices)
+    other = "Inductor compiled other code for it in this run than it captured"
+    assert f"no: {other}" in report(verdict | {"kernels_installed": [], "kernels_not_found": {
+        choices[0].kernel: other}}, manifest, choices)
     assert f"{first['name']} | {100 * first['share']:.1f} % | 1.25x | 50 % -> 62 % | yes" in text
     saved = first["gpu_us"] * 0.5  # half its time is above the roofline
     step = manifest["step_gpu_us"]
@@ -235,9 +238,24 @@ def test_the_finder_prepares_a_launcher_once_records_refusals_and_swaps_while_en
     assert finder.entry_for(bad, ()) is None
     assert "good: evolved code" in finder.describe()
     assert "bad: its own code (could not swap: RuntimeError: no CUfunction)" in finder.describe()
-    assert "later: not launched with its captured sizes yet" in finder.describe()
+    assert "later: its own code (not launched with its captured code and sizes yet)" in finder.describe()
     finder.disable()
     assert entry[0]["function"] == "good-own" and finder.swapped == {"good": False}
+
+
+def test_a_kernel_not_found_says_whether_its_code_or_its_sizes_differed():
+    from evo.model.install import Choice, Installed
+
+    finder = Installed([Choice("k", "k", "sha1", {"xnumel": 64}, cubin=b"x")])
+    assert finder._match("k", "sha2", lambda scalars: True) is None  # autotuning's other pick
+    assert "compiled other code for it in this run" in finder.not_found("k")
+    assert finder._match("k", "sha1", lambda scalars: scalars == {"xnumel": 32}) is None
+    assert "compiled other code" in finder.not_found("k")  # the first reason stays
+    finder.missed.clear()
+    assert finder._match("k", "sha1", lambda scalars: False) is None
+    assert finder.not_found("k") == "launched at other sizes than it was captured with"
+    assert finder._match("k", "sha1", lambda scalars: scalars == {"xnumel": 64}).kernel == "k"
+    assert "k" not in finder.missed
 
 
 def test_verify_puts_the_evolved_code_in_once_and_takes_it_out_at_the_end():

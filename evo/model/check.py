@@ -211,7 +211,8 @@ def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECK
             "bitwise": all(r["bitwise"] for r in runs) if runs else None,
             "max_abs_err": max((r["max_abs_err"] for r in runs), default=0.0),
             "worst": next((r["worst"] for r in runs if not r["agree"]), ""),
-            "refused": check.finder.refused.get(c.kernel, "")}
+            "refused": check.finder.refused.get(c.kernel, ""),
+            "not_found": check.finder.not_found(c.kernel)}
     return {"status": status, "kernels": kernels, "not_installed": not_installed,
             "triton_gpu_us": manifest.get("triton_gpu_us")}
 
@@ -231,7 +232,7 @@ def cmd_verify(args) -> int:
             print(f"  {name}: NOT installed: {k['refused']}")
         elif not k["checked"]:
             unchecked += 1
-            print(f"  {name}: not launched with its captured sizes: not checked")
+            print(f"  {name}: not checked: {k['not_found']}")
         elif k["agree"]:
             how = "bitwise equal" if k["bitwise"] else f"agree (max abs error {k['max_abs_err']:.3g})"
             print(f"  {name}: {how} on {k['checked']} launch(es)  [{k['genome']}]")

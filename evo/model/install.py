@@ -153,6 +153,7 @@ class Installed(LaunchHook):
         self.swapped: dict[str, bool] = {}  # Inductor kernel name -> runs evolved code now
         self.refused: dict[str, str] = {}  # kernel name -> why its code could not be swapped
         self.looked: dict[int, tuple | None] = {}  # id(launcher) -> its entry, or None
+        self.missed: dict[str, str] = {}  # kernel name -> "code" or "sizes": seen, not matched
         self._entries: list[tuple] = []  # (holder, key, old function, new function, name)
         self._modules = []  # keeps the loaded modules alive
 
@@ -188,8 +189,15 @@ class Installed(LaunchHook):
             elif self.swapped.get(c.kernel) is False:
                 lines.append(f"{c.name}: its own code (switched off)")
             else:
-                lines.append(f"{c.name}: not launched with its captured sizes yet")
+                lines.append(f"{c.name}: its own code ({self.not_found(c.kernel)})")
         return "\n".join(lines)
+
+    def not_found(self, kernel: str) -> str:
+        """Why a chosen kernel runs its own code though nothing refused it."""
+        return {"code": "Inductor compiled other code for it in this run than it captured: "
+                        "autotuning may have picked another config",
+                "sizes": "launched at other sizes than it was captured with"}.get(
+            self.missed.get(kernel), "not launched with its captured code and sizes yet")
 
     def enable(self) -> None:
         """Every found kernel runs its evolved code."""
@@ -236,6 +244,21 @@ class Installed(LaunchHook):
         if len(self._entries) + len(self.refused) >= len(self.choices):
             self.stop_looking()
 
+    def _match(self, name: str, sha: str, same_shape) -> Choice | None:
+        """The choice for a launcher of kernel ``name`` whose code hashes to ``sha``, where
+        ``same_shape(scalars)`` says it was launched at the captured sizes; else None, and
+        ``missed`` says why (another code: autotuning may pick another config than it did
+        while captured; other sizes)."""
+        choice = self.choices.get((name, sha))
+        if choice is None:
+            self.missed.setdefault(name, "code")
+            return None
+        if not same_shape(choice.scalars):
+            self.missed.setdefault(name, "sizes")
+            return None
+        self.missed.pop(name, None)
+        return choice
+
     @staticmethod
     def _same_shape(autotuner, args, scalars: dict) -> bool:
         from evo.model.capture import passed
@@ -255,8 +278,7 @@ class Installed(LaunchHook):
             sha = _sha(kernel_ptx(autotuner, launcher))
         except EvoError:
             return None
-        choice = self.choices.get((name, sha))
-        if choice is None or not self._same_shape(autotuner, args, choice.scalars):
+        if self._match(name, sha, lambda scalars: self._same_shape(autotuner, args, scalars)) is None:
             return None
         scope = getattr(launcher, "__globals__", {})
         runner = scope.get("runner")

@@ -106,7 +106,10 @@ def verify(step, inputs, installed, repeats: int = 30, rtol: float = 5e-2, atol:
             "spread": {"baseline": [min(times["own"]), max(times["own"])],
                        "evolved": [min(times["evolved"]), max(times["evolved"])]},
             "kernels_installed": sorted(name for name, on in installed.swapped.items() if on),
-            "kernels_refused": dict(installed.refused)}
+            "kernels_refused": dict(installed.refused),
+            "kernels_not_found": {c.kernel: installed.not_found(c.kernel) for c in installed.plan
+                                  if c.cubin is not None and not installed.swapped.get(c.kernel)
+                                  and c.kernel not in installed.refused}}
 
 
 def outputs_line(verdict: dict) -> str:
@@ -146,7 +149,8 @@ def _installed(choice, verdict: dict) -> str:
     if choice.kernel in verdict["kernels_installed"]:
         return "yes"
     refused = verdict.get("kernels_refused", {}).get(choice.kernel)
-    return f"no: {refused}" if refused else "no: not launched with its captured sizes"
+    missed = verdict.get("kernels_not_found", {}).get(choice.kernel)
+    return f"no: {refused or missed or 'not launched with its captured code and sizes'}"
 
 
 def _checked(runs: list | None) -> str:
