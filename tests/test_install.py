@@ -271,3 +271,42 @@ def test_verify_puts_the_evolved_code_in_once_and_takes_it_out_at_the_end():
     assert check._entry(_Autotuner("other"), ()) is None
     check.__exit__(None, None, None)
     assert entry[0]["function"] == "good-own"
+
+
+def test_a_captured_launcher_gets_the_evolved_cubin_at_its_sizes_only(monkeypatch):
+    """``Installed._prepare`` with stand-ins for Triton's launcher and loader: the launcher
+    whose PTX and sizes are the captured ones has its CUfunction swapped for the loaded
+    cubin's; at other sizes, or with other code, it keeps its own (and says why)."""
+    import sys
+    import types
+
+    from evo.model.install import Choice, Installed, _sha
+
+    loaded = []
+
+    def load_binary(name, cubin, shared, device):
+        loaded.append((name, cubin, shared, device))
+        return "module", f"{name}-evolved", 0, 0
+
+    fake = types.ModuleType("triton")
+    fake.runtime = SimpleNamespace(driver=SimpleNamespace(active=SimpleNamespace(
+        utils=SimpleNamespace(load_binary=load_binary))))
+    monkeypatch.setitem(sys.modules, "triton", fake)
+
+    def autotuner(ptx: str):
+        scope = {"bin": SimpleNamespace(asm={"ptx": ptx}), "function": "own"}
+        launcher = types.FunctionType((lambda: None).__code__, scope)
+        launcher.shared = 128
+        fn = SimpleNamespace(__name__="k", arg_names=["in_ptr0", "xnumel"], constexprs=())
+        return SimpleNamespace(fn=fn, launchers=[launcher], triton_meta={"device": 0}), scope
+
+    finder = Installed([Choice("k", "k", _sha("PTX"), {"xnumel": 64}, cubin=b"cubin")])
+    other_size, _ = autotuner("PTX")
+    assert finder.entry_for(other_size, ("x", 32)) is None
+    assert finder.not_found("k") == "launched at other sizes than it was captured with"
+    other_code, _ = autotuner("other PTX")
+    assert finder.entry_for(other_code, ("x", 64)) is None and not loaded
+    right, scope = autotuner("PTX")
+    holder, key, old, new, name = finder.entry_for(right, ("x", 64))
+    assert (holder, key, old, new, name) == (scope, "function", "own", "k-evolved", "k")
+    assert loaded == [("k", b"cubin", 128, 0)] and "k" not in finder.missed

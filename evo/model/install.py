@@ -278,7 +278,8 @@ class Installed(LaunchHook):
             sha = _sha(kernel_ptx(autotuner, launcher))
         except EvoError:
             return None
-        if self._match(name, sha, lambda scalars: self._same_shape(autotuner, args, scalars)) is None:
+        choice = self._match(name, sha, lambda scalars: self._same_shape(autotuner, args, scalars))
+        if choice is None:
             return None
         scope = getattr(launcher, "__globals__", {})
         runner = scope.get("runner")
