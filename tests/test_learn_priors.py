@@ -177,3 +177,33 @@ def test_merging_stores_keeps_genome_links(tmp_path, store):
         added = merged.merge_from(store.path)
         assert added["genomes"] == len(KERNELS) * len(GENOMES)
         assert merged.genome_results() == store.genome_results()
+
+
+def test_gains_after_say_which_gene_followed_which_on_a_kernel():
+    rows = [["", 0.0], ["vec_ld(width=4)", 0.1], ["cache_ld(policy=cs)", -0.05],
+            ["cache_ld(policy=cs),vec_ld(width=4)", 0.4], ["fast_exp", 0.02]]
+    gains = P._gains_after(rows)
+    assert gains == pytest.approx({"vec_ld(width=4)>cache_ld(policy=cs)": 0.3,
+                                   "cache_ld(policy=cs)>vec_ld(width=4)": 0.45})
+
+
+def test_the_prior_eval_orders_next_genes_by_effect_and_by_gains_after(tmp_path, capsys):
+    """Two kernels teach that cache_ld(cs) gains after vec_ld(4) though it loses alone;
+    on the third, held out, that is the best next gene after vec_ld(4): ordered first by
+    the gains after, not by the effects alone."""
+    from evo.learn import prior_eval
+
+    rows = [["", 0.0], ["vec_ld(width=4)", 0.1], ["cache_ld(policy=cs)", -0.05],
+            ["fast_exp", 0.05], ["cache_ld(policy=cs),vec_ld(width=4)", 0.4],
+            ["fast_exp,vec_ld(width=4)", 0.12]]
+    kb = {"version": 1, "kernels": [
+        {"kernel": f"k{i}", "device": "d", "features": {"frac_x": 0.5}, "baseline": 1000.0, "n": 6,
+         "genes": {"vec_ld(width=4)": [0.1, 0.2, 3], "cache_ld(policy=cs)": [-0.05, 0.2, 2],
+                   "fast_exp": [0.05, 0.1, 2]},
+         "pairs": {}, "best": [], "rows": rows} for i in range(3)]}
+    (tmp_path / "kb.json").write_text(json.dumps(kb))
+    assert prior_eval.main([str(tmp_path / "kb.json"), "--device", "d", "--kernels", "k2"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("k2") and "after: first best 100.0 %, regret 0.0000" in line, line
+    # the root's best next gene is vec_ld(4) either way; after it, alone picks fast_exp
+    assert "alone: first best  50.0 %, regret 0.1400" in line, line

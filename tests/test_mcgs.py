@@ -132,3 +132,24 @@ def test_actions_that_assemble_to_the_node_itself_open_the_next_ones(monkeypatch
         "vec_ld(width=4)", "vec_st(width=4)"}  # the best of this space's four codes
     generations = [e["generation"] for e in events if e["type"] == "generation"]
     assert generations[:2] == [1, 2]  # not stopped after the first
+
+
+def test_a_nodes_actions_follow_what_genes_gained_after_the_ones_it_holds():
+    """The prior's gene -> next-gene gains condition a node's order: cache_ld(cs) did
+    nothing alone on other kernels but gained after vec_ld(4) there, so a node holding
+    vec_ld(4) tries it first, while the root tries the gene with the best effect alone."""
+    import random
+    from types import SimpleNamespace
+
+    from evo.strategies import mcgs
+
+    prior = {"genes": {"unroll(factor=2)": 0.1, "cache_ld(policy=cs)": 0.0},
+             "after": {"vec_ld(width=4)>cache_ld(policy=cs)": 0.5,
+                       "vec_ld(width=4)>unroll(factor=2)": -0.2}}
+    stub = SimpleNamespace(prior=prior, rng=random.Random(0), alphabet=lambda: GENES)
+    assert mcgs._actions(stub, Genome())[0] == "unroll(factor=2)"
+    held = Genome.from_json({"genes": ["vec_ld(width=4)"]})
+    order = mcgs._actions(stub, held)
+    assert order[0] == "cache_ld(policy=cs)"
+    assert mcgs._weight(stub, "cache_ld(policy=cs)", ("vec_ld(width=4)",)) == pytest.approx(6.0)
+    assert mcgs._weight(stub, "unroll(factor=2)", ("vec_ld(width=4)",)) == 1.0  # it lost there

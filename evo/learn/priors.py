@@ -52,6 +52,7 @@ NEIGHBORS = 4
 SHRINK = 0.25
 ROWS = 200
 ROW_KERNELS = 3
+MIN_AFTER_EVIDENCE = 1.0  # kernel weight behind an "a>b" gain for the prior to keep it
 MIN_EFFECT = 0.005  # expected log-speedup below this (0.5 %) is no reason to seed a gene
 STACK = 6  # genes in the predicted-best stack at most (weak effects would pile up)
 
@@ -259,6 +260,12 @@ def prior_for(kb: dict, target: str, device: str, features: dict[str, float],
             acc = pairs.setdefault(k, [0.0, 0.0])
             acc[0] += w * inter
             acc[1] += w
+    after: dict[str, list[float]] = {}
+    for e, w in zip(entries, weights):
+        for k, gain in _gains_after(e.get("rows", [])).items():
+            acc = after.setdefault(k, [0.0, 0.0])
+            acc[0] += w * gain
+            acc[1] += w
     effects = {k: round(s / (ev + SHRINK), 5) for k, (s, ev) in sorted(genes.items())}
     order = sorted(range(len(entries)), key=lambda i: (-weights[i], entries[i]["kernel"]))
     neighbors = [[entries[i]["kernel"], entries[i]["device"], round(weights[i], 4)]
@@ -268,11 +275,32 @@ def prior_for(kb: dict, target: str, device: str, features: dict[str, float],
              "evidence": {k: round(ev, 4) for k, (_, ev) in sorted(genes.items())},
              "pairs": {k: round(s / (ev + SHRINK), 5) for k, (s, ev) in sorted(pairs.items())
                        if abs(s) > 1e-9}}
+    prior["after"] = {k: round(s / (ev + SHRINK), 5) for k, (s, ev) in sorted(after.items())
+                      if ev >= MIN_AFTER_EVIDENCE}
     nearest = [(entries[i], weights[i]) for i in order if weights[i] > 1e-3]
     prior["seeds"] = _seeds(prior, nearest, registers)
     prior["rows"] = [[text, y, round(w, 4)] for entry, w in nearest[:ROW_KERNELS]
                      for text, y in entry.get("rows", [])]
     return prior
+
+
+def _gains_after(rows: list) -> dict[str, float]:
+    """``"a>b"`` -> the mean gain in y of adding gene b to a measured genome that holds a
+    (both genomes among ``rows``, one kernel's (genome text, y) results): which gene
+    followed which well on that kernel."""
+    y_of = {}
+    for text, y, *_ in rows:
+        keys = genome_keys(text)
+        if keys is not None:
+            y_of[frozenset(keys)] = y
+    gains: dict[str, list[float]] = {}
+    for held, y in y_of.items():
+        for b in held:
+            parent = held - {b}
+            if parent in y_of:
+                for a in parent:
+                    gains.setdefault(f"{a}>{b}", []).append(y - y_of[parent])
+    return {k: sum(v) / len(v) for k, v in gains.items()}
 
 
 def _stack(prior: dict) -> list[str]:

@@ -9,8 +9,9 @@ of its group in) the node's genome. Each generation runs simulations in one batc
    ``Q(a) + c * P(a) * sqrt(N(node)) / (1 + N(a))``, never into a node already on the path
    (no cycles); a node opens actions one at a time as it is visited (progressive widening:
    at most ``ceil(widen * N ** alpha)``), in the order of their prior ``P`` (evo's priors
-   where given: the genes other kernels gained from weigh more; else uniform, a seeded
-   order); an action whose genome assembles to a node already in the graph leads there
+   where given: the genes other kernels gained from weigh more, by what they gained there
+   after the genes this node holds (the prior's gene -> next-gene gains), else alone;
+   else uniform, a seeded order); an action whose genome assembles to a node already in the graph leads there
    (nothing to measure); an edge not yet followed ends the selection: its genome is the
    expansion;
 2. every simulation's expansion is measured in one batch (selections count as visits at
@@ -39,6 +40,7 @@ so ``--generations 9 --pop 5`` costs what evolve's 45 trials cost. The state is 
 from __future__ import annotations
 
 import functools
+import json
 import math
 from dataclasses import dataclass
 
@@ -143,18 +145,33 @@ def _gene(text: str):
     return parse_inline(text).genes[0]
 
 
-def _weight(search, gene: str) -> float:
-    """A gene's prior weight: 1, plus ten times the effect other kernels saw (evo.learn)."""
-    effects = (search.prior or {}).get("genes", {})
-    return 1.0 + 10.0 * max(0.0, effects.get(gene_key(_gene(gene)), 0.0))
+def _weight(search, gene: str, held: tuple[str, ...] = ()) -> float:
+    """A gene's prior weight at a node whose genome holds the genes ``held`` (their prior
+    keys): 1, plus ten times the gain other kernels saw it bring there (evo.learn): where
+    it was added after genes held here (the prior's ``after``, gene -> next-gene gains
+    across kernels), the mean of those gains, else its effect alone. So the genes that
+    followed the ones on this path well elsewhere come first."""
+    prior = search.prior or {}
+    key = gene_key(_gene(gene))
+    after = prior.get("after", {})
+    seen = [after[f"{a}>{key}"] for a in held if f"{a}>{key}" in after]
+    effect = sum(seen) / len(seen) if seen else prior.get("genes", {}).get(key, 0.0)
+    return 1.0 + 10.0 * max(0.0, effect)
+
+
+@functools.lru_cache(maxsize=4096)
+def _held(genome_json: str) -> tuple[str, ...]:
+    """The prior keys of the genes a genome (its JSON text) holds."""
+    return tuple(gene_key(g) for g in Genome.from_json(json.loads(genome_json)).genes)
 
 
 def _actions(search, genome: Genome) -> list[str]:
-    """The genes this node may add, most promising first: by their prior weight, ties (and
-    every gene, without a prior) in a seeded shuffle."""
+    """The genes this node may add, most promising first: by their prior weight there
+    (``_weight``), ties (and every gene, without a prior) in a seeded shuffle."""
     genes = [str(g) for g in search.alphabet() if genome.with_gene(g) != genome]
     search.rng.shuffle(genes)
-    return sorted(genes, key=lambda g: -_weight(search, g))
+    held = _held(genome.dumps())
+    return sorted(genes, key=lambda g: -_weight(search, g, held))
 
 
 def _select(state: dict, search, opts, pending: set[str]):
@@ -185,7 +202,8 @@ def _select(state: dict, search, opts, pending: set[str]):
 def _scored(search, opts, node: dict, here: Genome, on_path: set, pending: set) -> list:
     """(P-UCB score, gene) of each open action that neither loops back into the path nor
     is being expanded by another simulation of the batch."""
-    total = sum(_weight(search, g) for g in [*node["edges"], *node["order"]])
+    held = _held(here.dumps())
+    total = sum(_weight(search, g, held) for g in [*node["edges"], *node["order"]])
     scored = []
     for gene, edge in node["edges"].items():
         if edge["child"] in on_path:
@@ -193,7 +211,7 @@ def _scored(search, opts, node: dict, here: Genome, on_path: set, pending: set) 
         if edge["child"] is None and _key(here.with_gene(_gene(gene))) in pending:
             continue
         q = edge["w"] / edge["n"] if edge["n"] else 0.0
-        p = _weight(search, gene) / total  # P(a)
+        p = _weight(search, gene, held) / total  # P(a)
         u = opts.c_puct * p * math.sqrt(node["n"] + 1) / (1 + edge["n"])
         scored.append((q + u, gene))
     return scored
