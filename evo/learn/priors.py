@@ -29,6 +29,9 @@ kernels (the target's own name and those in ``exclude`` never count: leave-one-o
   target, h the distance of the ``NEIGHBORS``-th nearest kernel;
 - a gene's expected effect: sum(w x effect) / (sum of w where it was seen + ``SHRINK``),
   a weighted mean pulled toward 0 where evidence is thin; a pair's interaction likewise;
+- ``after``, gene -> next-gene gains (MCGS's ReGraph): "a>b" is the mean gain in y of adding
+  b to a measured genome holding a, from each kernel's rows, weighted and shrunk as the
+  effects are, kept where the kernels behind it weigh ``MIN_AFTER_EVIDENCE`` or more;
 - seeds for a first generation (:func:`_seeds`), model-based and neighbor-based in turn;
 - the results of the ``ROW_KERNELS`` nearest kernels, each with its kernel's weight.
 """
