@@ -66,6 +66,9 @@ def add_parsers(command, json_flag) -> None:
                    help="GRPO rollouts per kernel and iteration (default 8)")
     p.add_argument("--hidden", type=int, default=64, metavar="N",
                    help="width of the network's two hidden layers (default 64)")
+    p.add_argument("--validation", type=float, metavar="SHARE",
+                   help="share of the kernels GRPO leaves out and chooses its weights on "
+                        "(default: a quarter; 0: chosen on the kernels it trained on)")
     p.add_argument("--seed", type=int, default=0, help="every random choice of training")
     p.set_defaults(func=cmd_train)
 
@@ -179,13 +182,19 @@ def cmd_train(args) -> int:
     print(f"learning from {len(landscapes)} (device, kernel) landscapes"
           f"{', without ' + ', '.join(sorted(exclude)) if exclude else ''}")
     data = policy_train.train(landscapes, hidden=args.hidden, iterations=args.iterations,
-                              group=args.group, seed=args.seed, log=print)
+                              group=args.group, seed=args.seed, log=print,
+                              **_given(validation=args.validation))
     data["trained"]["exclude"] = sorted(exclude)
     data["trained"]["sources"] = [Path(p).name for p in args.paths]
     policy.save(data, args.output)
     print(policy_train.summary(data))
     print(f"wrote {args.output} (evo run --strategy policy, [policy] file = \"{args.output}\")")
     return exit_codes.OK
+
+
+def _given(**options) -> dict:
+    """The options given on the command line (None: the function's own default)."""
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def _names(text: str) -> set[str]:

@@ -22,7 +22,7 @@ import statistics
 from pathlib import Path
 
 
-def held_out(kb: dict, entry: dict, iterations: int, validation: float = 0.0) -> dict:
+def held_out(kb: dict, entry: dict, iterations: int, validation: float | None = None) -> dict:
     """Cloned and GRPO rewards of the argmax rollout on ``entry``'s kernel, and greedy's."""
     import torch
 
@@ -33,7 +33,8 @@ def held_out(kb: dict, entry: dict, iterations: int, validation: float = 0.0) ->
     target = Landscape.from_kb_entry(entry)
     out = {}
     for name, its in (("cloned", 0), ("grpo", iterations)):
-        policy = Policy(train(others, iterations=its, validation=validation))
+        given = {} if validation is None else {"validation": validation}
+        policy = Policy(train(others, iterations=its, **given))
         (run,) = rollouts(torch, net_of(torch, policy), [_Prepared(target, policy)], 1, 1.0,
                           None, greedy=True)
         out[name] = run["reward"]
@@ -47,9 +48,9 @@ def main(argv=None) -> int:
     parser.add_argument("--device", required=True, help="the held-out kernels' device")
     parser.add_argument("--kernels", default="", help="comma-separated (default: all)")
     parser.add_argument("--iterations", type=int, default=150, help="GRPO iterations")
-    parser.add_argument("--validation", type=float, default=0.0,
+    parser.add_argument("--validation", type=float,
                         help="share of the training kernels GRPO leaves out to choose its "
-                             "weights on (default 0: chosen on those it trained on)")
+                             "weights on (default: train's; 0: chosen on those it trained on)")
     args = parser.parse_args(argv)
 
     from evo.learn.source import kb_from_paths
