@@ -228,9 +228,9 @@ def cmd_capture(args) -> int:
     dynamic = [k["name"] for k in kernels if k.get("reads_sizes")]
     if dynamic:
         print(f"  {len(dynamic)} kernel(s) compiled for dynamic shapes read their sizes at run "
-              "time: evo can evolve them but will not install them (checked at one size, run "
-              "at any); torch.compile(dynamic=False) compiles each size apart: "
-              + ", ".join(dynamic))
+              "time: evo run --model leaves them out and evo.install would not put them back "
+              "(checked at one size, run at any); torch.compile(dynamic=False) compiles each "
+              "size apart: " + ", ".join(dynamic))
     if manifest["source"].get("graphed"):
         print("  launched inside CUDA graphs (counted per replay; timed only where they "
               "also ran outside one): " + ", ".join(manifest["source"]["graphed"]))
