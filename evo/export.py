@@ -82,7 +82,7 @@ def launch(*args, stream=None):
 
 def find_spec(run: RunDir, kernel: str):
     """The spec of ``kernel`` among the run's suite (its config.toml), or an EvoError."""
-    from evo.run import resolve_suite
+    from evo.run_kernels import resolve_suite
 
     suite = tomllib.loads(run.config_text())["run"]["suite"]
     try:

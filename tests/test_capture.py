@@ -138,7 +138,7 @@ def test_a_folder_without_a_manifest_is_one_clear_error(tmp_path):
 @needs_ptxas
 def test_evo_run_model_evolves_a_captures_kernels_largest_share_first(tmp_path, capsys):
     from evo.cli import main
-    from evo.run import resolve_suite
+    from evo.run_kernels import resolve_suite
 
     order = [s.name for s in resolve_suite([str(DECODER)])]
     assert order == [k["name"] for k in capture.read(DECODER)["kernels"]]
@@ -201,7 +201,7 @@ def test_a_kernel_that_reads_its_sizes_is_marked_dynamic_in_the_manifest(manifes
 
 
 def test_a_run_on_a_capture_leaves_out_the_kernels_compiled_for_dynamic_shapes(tmp_path, capsys):
-    from evo.run import resolve_suite
+    from evo.run_kernels import resolve_suite
 
     cap = tmp_path / "cap"
     shutil.copytree(DECODER, cap)

@@ -338,7 +338,7 @@ def test_sm_90a_ptx_assembles_for_its_target(sm90a_ptx, tmp_path, capsys):
 
 # ------------------------------------------------------------ --kernel 'mydir/*.toml'
 def test_kernel_path_glob(tmp_path, monkeypatch, capsys):
-    from evo.run import resolve_suite
+    from evo.run_kernels import resolve_suite
 
     for name in ("alpha", "beta"):
         copy_kernel(tmp_path / "mydir", name)

@@ -1,0 +1,68 @@
+"""The kernels a run covers (``[run] suite``, ``--kernel``, ``--model``): suite names, glob
+patterns over the suite, spec or PTX paths, globs over paths, and capture folders.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import sys
+from pathlib import Path
+
+from genomes.errors import EvoError
+from harness.spec import KernelSpec
+from harness.suite import find_kernel, list_kernels
+
+
+def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
+    """Kernels named by suite names, glob patterns over the suite, spec/PTX paths, glob
+    patterns over paths (``mydir/*.toml``: those with a ``/`` or a .toml/.ptx suffix), or
+    capture folders (``evo.capture``'s: their kernels, the largest share of the step first)."""
+    from evo.model import capture
+
+    suite = list_kernels()
+    chosen: list[KernelSpec] = []
+    for pattern in patterns:
+        is_glob = any(ch in pattern for ch in "*?[")
+        folder = Path(os.path.expanduser(pattern))
+        if (folder / capture.MANIFEST).is_file():  # a capture: its kernels, largest share first
+            matches = _installable(folder, capture.read(folder)["kernels"])
+        elif is_glob and ("/" in pattern or pattern.endswith((".toml", ".ptx"))):
+            files = sorted(f for f in glob.glob(os.path.expanduser(pattern))
+                           if f.endswith((".toml", ".ptx")) and os.path.isfile(f))
+            if not files:
+                raise EvoError(f"path pattern {pattern!r} matches no .toml or .ptx file")
+            matches = [find_kernel(Path(f)) for f in files]
+        elif is_glob:
+            matches = [k for k in suite if fnmatch.fnmatch(k.name, pattern)]
+            if not matches:
+                raise EvoError(f"suite pattern {pattern!r} matches no kernel (see `evo kernels`)")
+        else:
+            matches = [find_kernel(pattern)]
+        for m in matches:
+            same = next((c for c in chosen if c.name == m.name), None)
+            if same is None:
+                chosen.append(m)
+            elif same.spec_path != m.spec_path:  # two kernels, one name: one would be lost
+                raise EvoError(f"two kernels are named {m.name!r} ({same.spec_path} and "
+                               f"{m.spec_path}); give one another name")
+    if not chosen:
+        raise EvoError("the suite is empty: name kernels in [run] suite or with --kernel")
+    return chosen
+
+
+def _installable(folder: Path, kernels: list[dict]) -> list[KernelSpec]:
+    """A capture's kernels less those compiled for dynamic shapes, which ``evo.install``
+    would not put back (``install.plan``): evaluations spent on them would reach no
+    program. Said on stderr; none left is an error that says why."""
+    dynamic = [k["name"] for k in kernels if k.get("reads_sizes")]
+    if dynamic:
+        print(f"evo: {folder}: {len(dynamic)} kernel(s) left out, compiled for dynamic shapes "
+              "(their code reads its sizes: they would not be installed; torch.compile("
+              "dynamic=False) compiles each size apart): " + ", ".join(dynamic), file=sys.stderr)
+    if kernels and len(dynamic) == len(kernels):
+        raise EvoError(f"{folder}: every captured kernel is compiled for dynamic shapes, and "
+                       "none would be installed: capture the program with "
+                       "torch.compile(dynamic=False)")
+    return [k["kernel_spec"] for k in kernels if not k.get("reads_sizes")]
