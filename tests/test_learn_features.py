@@ -37,6 +37,9 @@ def test_kernel_features_are_floats_and_cached(monkeypatch):
     assert len(cache) == 2
     monkeypatch.setattr(F, "kernel_features", lambda spec: 1 / 0)  # a second call: all cached
     assert F.features_many(specs, cache) == table
+    # a fresh cache (a policy's ask, a prior without a store file): this process's memo
+    assert F.features_many(specs) == table and F.features_many(specs[:1], {}) == {
+        "gemm_tile_2x2x2": feats}
 
 
 def test_distance_is_a_scaled_rms_and_ranks_gemm_tiles_together():

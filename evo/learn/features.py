@@ -151,17 +151,27 @@ def feature_key(spec) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:24]
 
 
+_SEEN: dict[str, dict[str, float]] = {}  # feature_key -> features, for this process
+
+
 def features_many(specs: list, cache: dict | None = None, workers: int | None = None
                   ) -> dict[str, dict[str, float]]:
-    """Features per kernel name; ``cache`` (feature_key -> features) is read and filled.
-    ptxas and cuobjdump are subprocesses, so threads run them in parallel."""
+    """Features per kernel name; ``cache`` (feature_key -> features, a store's file) is read
+    and filled, and so is this process's own memo: a kernel's features (~1 s of ptxas and
+    cuobjdump) are computed once, whether its prior or a policy asks first. ptxas and
+    cuobjdump are subprocesses, so threads run them in parallel."""
     cache = {} if cache is None else cache
     keys = {spec.name: feature_key(spec) for spec in specs}
+    for key in keys.values():
+        if key not in cache and key in _SEEN:
+            cache[key] = _SEEN[key]
     todo = [spec for spec in specs if keys[spec.name] not in cache]
     if todo:
         with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
             for spec, feats in zip(todo, pool.map(kernel_features, todo)):
                 cache[keys[spec.name]] = feats
+    for key in keys.values():
+        _SEEN[key] = cache[key]
     return {spec.name: dict(cache[keys[spec.name]]) for spec in specs}
 
 

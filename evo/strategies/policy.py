@@ -53,16 +53,11 @@ def _policy(path: str) -> Policy:
     return Policy.load(path or shipped_path())
 
 
-_FEATURES: dict[str, dict] = {}  # feature_key(spec) -> the kernel's features (~1 s each)
-
-
 def _features(spec) -> dict:
-    from evo.learn.features import feature_key, kernel_features
+    """The kernel's features, computed once a process (a prior may have asked already)."""
+    from evo.learn.features import features_many
 
-    key = feature_key(spec)
-    if key not in _FEATURES:
-        _FEATURES[key] = kernel_features(spec)
-    return _FEATURES[key]
+    return features_many([spec])[spec.name]
 
 
 def start(search) -> dict:
