@@ -104,13 +104,13 @@ class LaunchTimer:
         if on.cuda_stream != stream:
             on = torch.cuda.ExternalStream(stream)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        spin = getattr(torch.cuda, "_sleep", None)  # private: a torch without it times as events do
-        if spin is not None:
+        sleep = getattr(torch.cuda, "_sleep", None)  # private: a torch without it times as events do
+        if sleep is not None:
             with torch.cuda.stream(on):
-                spin(self.spin)
+                sleep(self.spin)
         start.record(on)
         result = run()
-        covered = spin is None or not start.query()
+        covered = sleep is None or not start.query()
         end.record(on)
         if not covered:
             self.uncovered += 1
