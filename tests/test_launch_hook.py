@@ -131,3 +131,55 @@ def test_the_graph_watch_puts_back_inherited_methods_as_inherited():
         assert "replay" in Inherits.__dict__
     assert not {"replay", "capture_begin", "capture_end"} & set(Inherits.__dict__)
     assert Inherits().replay() == "replayed"
+
+
+def test_the_launch_timer_keeps_a_launch_only_where_the_spin_covered_it(monkeypatch):
+    """LaunchTimer on a stand-in torch: a spin goes on the stream before the start event;
+    a launch whose start event the GPU had already passed when it returned (the host was
+    slower than the spin) is not kept and the spin doubles; one queued in time is kept;
+    nothing is timed while a graph is captured."""
+    import sys
+    import types
+
+    from evo.model.hook import LaunchTimer
+
+    calls = []
+
+    class Event:
+        passed = False  # what query() says: the GPU has passed this event
+
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self, stream):
+            calls.append(("record", stream))
+
+        def query(self):
+            return Event.passed
+
+    class Stream:
+        cuda_stream = 7
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    stream = Stream()
+    cuda = types.SimpleNamespace(
+        Event=Event, is_current_stream_capturing=lambda: capturing[0],
+        current_stream=lambda: stream, stream=lambda s: s,
+        _sleep=lambda cycles: calls.append(("sleep", cycles)))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    capturing = [False]
+    timer = LaunchTimer()
+    result, events = timer.time(7, lambda: "launched")
+    assert result == "launched" and events is not None
+    assert calls[0] == ("sleep", LaunchTimer.SPIN_CYCLES) and calls[1] == ("record", stream)
+    Event.passed = True  # the GPU got to the start event before the launch was queued
+    assert timer.time(7, lambda: "again") == ("again", None)
+    assert timer.uncovered == 1 and timer.spin == 2 * LaunchTimer.SPIN_CYCLES
+    capturing[0] = True
+    calls.clear()
+    assert timer.time(7, lambda: "in a graph") == ("in a graph", None) and calls == []
