@@ -368,5 +368,5 @@ def speedup_flags(baseline_cycles: float | None, cycles: float | None) -> list[s
 
 
 __all__ = ["CANARY_BYTE", "CANARY_BYTES", "SPEEDUP_REVIEW", "array_module", "check_launch",
-           "compare", "is_poison", "poison_value", "poisoned", "values", "speedup_flags",
-           "split_canary", "with_canary"]
+           "compare", "is_poison", "poison_value", "poisoned", "speedup_flags", "split_canary",
+           "values", "with_canary"]

@@ -65,7 +65,7 @@ def test_a_kernel_that_reads_its_sizes_at_run_time_is_not_installed(tmp_path):
     shutil.copytree(DECODER, cap)
     kernels = capture.read(cap)["kernels"]
     spec = kernels[0]["kernel_spec"]
-    size = [p.name for p in spec.params if p.kind == "scalar"][0]
+    size = next(p.name for p in spec.params if p.kind == "scalar")
     index = [p.name for p in spec.params].index(size)
     first_read = next(line for line in spec.ptx_text().splitlines() if "ld.param.b64" in line)
     reads = (f"{first_read}\n\t.reg .b32 %evo_n;\n"
