@@ -169,9 +169,7 @@ def features_many(specs: list, cache: dict | None = None, workers: int | None = 
     if todo:
         with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
             for spec, feats in zip(todo, pool.map(kernel_features, todo)):
-                cache[keys[spec.name]] = feats
-    for key in keys.values():
-        _SEEN[key] = cache[key]
+                cache[keys[spec.name]] = _SEEN[keys[spec.name]] = feats  # computed here only
     return {spec.name: dict(cache[keys[spec.name]]) for spec in specs}
 
 

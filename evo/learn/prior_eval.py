@@ -6,7 +6,7 @@ already taken.
 For each kernel of ``--device`` in the sources (stores or priors files): its prior is built
 from the OTHER kernels (``prior_for``, leave-one-out), and at every measured genome of the
 kernel with two or more measured one-gene extensions, those extensions are ordered by the
-prior as MCGS opens them (``evo.strategies.mcgs._weight``): by each gene's effect alone
+prior as MCGS opens them (``evo.learn.priors.expected_gain``): by each gene's effect alone
 ("alone"), and by what it gained on other kernels after the genes already held ("after",
 the prior's gene -> next-gene gains; its effect alone where none was seen). Printed per kernel:
 how often the first in each order is the best measured extension, and the mean regret
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import statistics
 from pathlib import Path
-from types import SimpleNamespace
 
 
 MODES = ("alone", "after")
@@ -50,18 +49,18 @@ def states(entry: dict) -> list[tuple[frozenset, dict[str, float]]]:
 
 def scores(prior: dict, entry: dict) -> dict[str, tuple[float, float]] | None:
     """{"alone" | "with pairs": (share of states whose first is the best, mean regret)}."""
-    from evo.strategies.mcgs import _weight
+    from evo.learn.priors import expected_gain
 
     found = states(entry)
     if not found:
         return None
-    search = SimpleNamespace(prior=prior)
     out = {}
     for name in MODES:
         hits, regrets = [], []
         for held, children in found:
             context = tuple(sorted(held)) if name == "after" else ()
-            first = min(children, key=lambda g: (-_weight(search, g, context), g))
+            # MCGS's order (mcgs._weight): the gain expected, nothing below 0, ties by name
+            first = min(children, key=lambda g: (-max(0.0, expected_gain(prior, g, context)), g))
             best = max(children.values())
             hits.append(children[first] == best)
             regrets.append(best - children[first])

@@ -287,6 +287,15 @@ def prior_for(kb: dict, target: str, device: str, features: dict[str, float],
     return prior
 
 
+def expected_gain(prior: dict, key: str, held=()) -> float:
+    """What ``prior`` expects adding gene ``key`` to a genome holding the genes ``held``
+    (prior keys) to gain: the mean of its ``after`` gains from genes held, where there are
+    any, else its effect alone (0 where it knows nothing of it)."""
+    after = prior.get("after", {})
+    seen = [after[f"{a}>{key}"] for a in held if f"{a}>{key}" in after]
+    return sum(seen) / len(seen) if seen else prior.get("genes", {}).get(key, 0.0)
+
+
 def _gains_after(rows: list) -> dict[str, float]:
     """``"a>b"`` -> the mean gain in y of adding gene b to a measured genome that holds a
     (both genomes among ``rows``, one kernel's (genome text, y) results): which gene

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from genomes.genome import Genome, parse_inline
 
-from evo.learn.priors import gene_key
+from evo.learn.priors import expected_gain, gene_key
 from evo.options import opt
 
 FAILED = -1.0  # the reward of a variant that failed its check (or was not measured)
@@ -151,12 +151,8 @@ def _weight(search, gene: str, held: tuple[str, ...] = ()) -> float:
     it was added after genes held here (the prior's ``after``, gene -> next-gene gains
     across kernels), the mean of those gains, else its effect alone. So the genes that
     followed the ones on this path well elsewhere come first."""
-    prior = search.prior or {}
-    key = gene_key(_gene(gene))
-    after = prior.get("after", {})
-    seen = [after[f"{a}>{key}"] for a in held if f"{a}>{key}" in after]
-    effect = sum(seen) / len(seen) if seen else prior.get("genes", {}).get(key, 0.0)
-    return 1.0 + 10.0 * max(0.0, effect)
+    gain = expected_gain(search.prior or {}, gene_key(_gene(gene)), held)
+    return 1.0 + 10.0 * max(0.0, gain)
 
 
 @functools.lru_cache(maxsize=4096)
