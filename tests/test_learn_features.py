@@ -53,3 +53,14 @@ def test_distance_is_a_scaled_rms_and_ranks_gemm_tiles_together():
     assert F.distance({"x": 3.0}, {"x": 3.0}) == 0.0
     assert F.distance({"frac_x": 0.0}, {"frac_x": 1.0}) == 1.0  # fractions: no log scale
     assert F.distance({"x": 0.0}, {"x": 1.0}) == 1.0  # counts: log2(1 + x)
+
+
+def test_a_callers_cache_does_not_leak_into_the_process_memo(monkeypatch):
+    spec = find_kernel("gemm_tile_2x2x2")
+    monkeypatch.setattr(F, "_SEEN", {})
+    made_up = {F.feature_key(spec): {"made_up": 1.0}}  # a store's file, or a test's
+    assert F.features_many([spec], made_up) == {spec.name: {"made_up": 1.0}}
+    computed = []
+    monkeypatch.setattr(F, "kernel_features", lambda s: computed.append(s.name) or {"real": 2.0})
+    assert F.features_many([spec]) == {spec.name: {"real": 2.0}} and computed == [spec.name]
+    assert F.features_many([spec], {}) == {spec.name: {"real": 2.0}} and len(computed) == 1
