@@ -77,8 +77,9 @@ def other_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | n
         a, b = first[p.name], inputs[p.name]
         uint = np.dtype(f"u{a.dtype.itemsize}")
         same = a.view(uint) == b.view(uint)
-        if encodings.of(p.dtype):  # bits (bf16, fp8): one unit in the last place away
-            inputs[p.name] = xp.where(same, encodings.of(p.dtype).neighbour(a), b)
+        encoding = encodings.of(p.dtype)
+        if encoding:  # bits (bf16, fp8): one unit in the last place away
+            inputs[p.name] = xp.where(same, encoding.neighbour(a), b)
         elif is_int_dtype(p.dtype):
             span = int(p.high) - int(p.low)
             if span < 2:

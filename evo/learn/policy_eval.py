@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from pathlib import Path
 
 
 def held_out(kb: dict, entry: dict, iterations: int, validation: float | None = None) -> dict:
@@ -43,24 +42,18 @@ def held_out(kb: dict, entry: dict, iterations: int, validation: float | None = 
 
 
 def main(argv=None) -> int:
+    from evo.learn.source import add_held_out_arguments, held_out_entries
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sources", type=Path, nargs="+", help="stores or priors files")
-    parser.add_argument("--device", required=True, help="the held-out kernels' device")
-    parser.add_argument("--kernels", default="", help="comma-separated (default: all)")
+    add_held_out_arguments(parser)
     parser.add_argument("--iterations", type=int, default=150, help="GRPO iterations")
     parser.add_argument("--validation", type=float,
                         help="share of the training kernels GRPO leaves out to choose its "
                              "weights on (default: train's; 0: chosen on those it trained on)")
     args = parser.parse_args(argv)
-
-    from evo.learn.source import kb_from_paths
-
-    kb = kb_from_paths(args.sources, rows=0)
-    wanted = {k for k in args.kernels.split(",") if k}
+    kb, entries = held_out_entries(args)
     rows = []
-    for entry in kb["kernels"]:
-        if entry["device"] != args.device or (wanted and entry["kernel"] not in wanted):
-            continue
+    for entry in entries:
         r = held_out(kb, entry, args.iterations, args.validation)
         rows.append(r)
         print(f"{entry['kernel']:24s} greedy {r['greedy']:+.4f}  cloned {r['cloned']:+.4f}  "

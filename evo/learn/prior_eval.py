@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from pathlib import Path
 
 
 MODES = ("alone", "after")
@@ -69,22 +68,15 @@ def scores(prior: dict, entry: dict) -> dict[str, tuple[float, float]] | None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sources", type=Path, nargs="+", help="stores or priors files")
-    parser.add_argument("--device", required=True, help="the held-out kernels' device")
-    parser.add_argument("--kernels", default="", help="comma-separated (default: all)")
-    args = parser.parse_args(argv)
-
     from evo.learn.priors import prior_for
-    from evo.learn.source import kb_from_paths
+    from evo.learn.source import add_held_out_arguments, held_out_entries
 
-    kb = kb_from_paths(args.sources, rows=0)
-    wanted = {k for k in args.kernels.split(",") if k}
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_held_out_arguments(parser)
+    kb, entries = held_out_entries(parser.parse_args(argv))
     rows = []
-    for entry in kb["kernels"]:
-        if entry["device"] != args.device or (wanted and entry["kernel"] not in wanted):
-            continue
-        prior = prior_for(kb, entry["kernel"], args.device, entry["features"])
+    for entry in entries:
+        prior = prior_for(kb, entry["kernel"], entry["device"], entry["features"])
         r = scores(prior, entry)
         if r is None:
             continue

@@ -130,6 +130,23 @@ def kb_from_paths(paths: list[Path], exclude=(), device: str | None = None,
     return kb
 
 
+def add_held_out_arguments(parser) -> None:
+    """The command line of an offline held-out evaluation (``policy_eval``, ``prior_eval``):
+    its sources, the held-out kernels' device, and which of them."""
+    parser.add_argument("sources", type=Path, nargs="+", help="stores or priors files")
+    parser.add_argument("--device", required=True, help="the held-out kernels' device")
+    parser.add_argument("--kernels", default="", help="comma-separated (default: all)")
+
+
+def held_out_entries(args) -> tuple[dict, list[dict]]:
+    """The knowledge base of ``args.sources`` (every result kept) and its entries of
+    ``args.device`` named in ``args.kernels`` (all where none is named), in its order."""
+    kb = kb_from_paths(args.sources, rows=0)
+    wanted = {k for k in args.kernels.split(",") if k}
+    return kb, [e for e in kb["kernels"]
+                if e["device"] == args.device and (not wanted or e["kernel"] in wanted)]
+
+
 def kernel_prior(kb: dict, spec, device: str, exclude=(), cache: dict | None = None) -> dict:
     """``prior_for`` one kernel spec, with its seeds checked against its PTX (see the
     module docstring) and at most ``MAX_SEEDS`` of them kept."""
