@@ -8,7 +8,7 @@
     results = api.run([spec], generations=2, backend="static")   # [RunResult], a run folder
 
 ``kernel`` builds a ``KernelSpec`` in code with the rules a spec file is read by
-(``harness.spec.spec_from_table``): its PTX and a TOML spec are written to a folder (by
+(``harness.kernels.spec.spec_from_table``): its PTX and a TOML spec are written to a folder (by
 default ``<tmp>/evo-<uid>/kernels``, named by content), because the run folder, the
 finalist check and ``evo run --resume`` name kernels by file. ``measure`` goes through the
 same Evaluator as ``evo measure``; ``run`` the same ``evo.run.start_and_execute`` as
@@ -31,10 +31,10 @@ from pathlib import Path
 from genomes.errors import EvoError
 from genomes.genome import Genome
 from harness.record import Measurement
-from harness.spec import (BufferParam, KernelSpec, ScalarParam, SpecError, Tolerance, load_spec,
+from harness.kernels.spec import (BufferParam, KernelSpec, ScalarParam, SpecError, Tolerance, load_spec,
                           read_param, read_ptx, spec_from_table)
-from harness.spec_ptx import check_ptx, choose_entry, ptx_entries
-from harness.spec_write import param_table, spec_toml
+from harness.kernels.spec_ptx import check_ptx, choose_entry, ptx_entries
+from harness.kernels.spec_write import param_table, spec_toml
 
 __all__ = ["RunResult", "buffer", "capture", "from_call", "from_triton", "from_triton_call", "kernel", "measure", "run",
            "scalar"]
@@ -351,7 +351,7 @@ def _spec(spec_or_name) -> KernelSpec:
         check_ptx(spec_or_name)
         return spec_or_name
     if isinstance(spec_or_name, (str, Path)):
-        from harness.suite import find_kernel
+        from harness.kernels.suite import find_kernel
 
         return find_kernel(spec_or_name)
     raise EvoError(f"a kernel is a KernelSpec, a suite name or a spec path, got {spec_or_name!r}")

@@ -76,7 +76,7 @@ def suite_kernels(name: str) -> list[str]:
     """Kernel names of a bench suite (or a comma-separated list of kernel names)."""
     import fnmatch
 
-    from harness.suite import list_kernels
+    from harness.kernels.suite import list_kernels
 
     names = [k.name for k in list_kernels()]
     pattern = SUITES.get(name)
@@ -133,10 +133,10 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
     import threading
 
     from harness.backends import make_backend
-    from harness.spec import with_caches
+    from harness.kernels.spec import with_caches
 
     from evo.bench_report import render
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
@@ -214,8 +214,8 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
 
 
 def _time_peers(results: dict, specs: dict, gpu: int, progress) -> None:
-    """Each kernel's peer (``harness.peers``), once per bench folder: results["peers"]."""
-    from harness.peers import peer_or_reason
+    """Each kernel's peer (``harness.kernels.peers``), once per bench folder: results["peers"]."""
+    from harness.kernels.peers import peer_or_reason
 
     peers = results.setdefault("peers", {})
     for name, spec in specs.items():
@@ -236,7 +236,7 @@ def _apply_pool():
     cores = os.cpu_count() or 1
     if cores < 8:
         return contextlib.nullcontext()
-    from harness import spawn
+    from harness.gpu import spawn
 
     return concurrent.futures.ProcessPoolExecutor(cores, mp_context=spawn.context())
 

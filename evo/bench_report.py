@@ -106,7 +106,7 @@ def to_greedy_line(kernels: dict, s: str, share: float = 0.95) -> str:
 def render(results: dict, order: list[str], kernels: list[str] | None = None) -> str:
     """bench.md. Rows in suite order, then ``kernels`` order: never the order searches
     finished in (with --jobs) nor results.json's (sorted by name)."""
-    from harness.suite import suite_names
+    from harness.kernels.suite import suite_names
 
     static = "static" in results.get("backend", "")
     head = ["kernel", "baseline"] + [f"{s} best (x, evals)" for s in order]

@@ -32,7 +32,7 @@ def cmd_transforms(args) -> int:
 
 
 def cmd_kernels(args) -> int:
-    from harness.suite import list_kernels
+    from harness.kernels.suite import list_kernels
 
     if args.json:
         return json_output.emit(json_output.kernels_doc())
@@ -43,8 +43,8 @@ def cmd_kernels(args) -> int:
 
 
 def cmd_init_kernel(args) -> int:
-    from harness.spec import read_ptx
-    from harness.spec_ptx import spec_skeleton
+    from harness.kernels.spec import read_ptx
+    from harness.kernels.spec_ptx import spec_skeleton
 
     if not args.ptx.is_file():
         raise EvoError(f"no such PTX file: {args.ptx}")
@@ -95,8 +95,8 @@ def cmd_compile(args) -> int:
     if not result.ok:
         error = result.error
         if not args.genome and Path(args.kernel).suffix != ".ptx":  # the spec's own baseline
-            from harness.spec_ptx import in_file_lines
-            from harness.suite import find_kernel
+            from harness.kernels.spec_ptx import in_file_lines
+            from harness.kernels.suite import find_kernel
 
             error = in_file_lines(find_kernel(args.kernel), error)
         print(f"ptxas failed: {error}")
@@ -118,7 +118,7 @@ def cmd_measure(args) -> int:
     import time
 
     from genomes.genome import Genome, load_genome
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     from evo.kernel_run import one_evaluator, store_path as where
 
@@ -203,14 +203,14 @@ def _time_lines(base, base_seconds: float, m, seconds: float, stats) -> list[str
 def cmd_stability(args) -> int:
     """Fresh workers, same variant: the spread a fitness difference must beat."""
     from genomes.genome import Genome, load_genome
-    from harness.stability import format_report, measure_stability
-    from harness.suite import find_kernel
+    from harness.gpu.stability import format_report, measure_stability
+    from harness.kernels.suite import find_kernel
 
     if args.workers < 1 or args.repeats < 1:
         raise EvoError("--workers and --repeats must be at least 1")
     spec = find_kernel(args.kernel)
     genome = load_genome(args.genome) if args.genome else Genome()
-    from harness.worker import WorkerStartError
+    from harness.gpu.worker import WorkerStartError
 
     try:
         report = measure_stability(spec, genome, args.workers, args.repeats, args.gpu,
@@ -310,7 +310,7 @@ def cmd_bench(args) -> int:
     kernels = bench.suite_kernels(args.suite)
     if not kernels:
         raise EvoError(f"bench suite {args.suite!r} names no kernel")
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     for k in kernels:
         find_kernel(k)  # an unknown name fails here, before any measuring

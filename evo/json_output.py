@@ -42,7 +42,7 @@ def transforms_doc() -> dict:
 
 
 def kernels_doc() -> dict:
-    from harness.suite import list_kernels
+    from harness.kernels.suite import list_kernels
 
     return {"kernels": [{"name": k.name, "grid": list(k.grid), "block": list(k.block),
                          "timer": k.timing, "description": k.description}

@@ -22,10 +22,10 @@ def kernel_ptx(arg: str) -> tuple[str, str]:
     if path.suffix == ".ptx":
         if not path.is_file():
             raise EvoError(f"no such PTX file: {arg}")
-        from harness.spec import read_ptx
+        from harness.kernels.spec import read_ptx
 
         return read_ptx(path), str(path)
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     spec = find_kernel(arg)
     return spec.ptx_text(), str(spec.ptx_path)
@@ -37,7 +37,7 @@ def kernel_launch(arg: str):
     path = Path(arg)
     if path.suffix == ".ptx" and not path.with_suffix(".toml").is_file():
         return None
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     return find_kernel(arg).launch
 

@@ -45,7 +45,7 @@ def plan_kernel(name: str, workers: int, progress=print, limit: int | None = Non
     from genomes.variation import CHRONOS_TRANSFORMS, gene_alphabet, group_combinations
     from harness.compile import compile_many, ptx_hash
     from harness.evaluate import apply_from_file, compiled_key
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     spec = find_kernel(name)
     combos = itertools.islice(group_combinations(gene_alphabet(names=CHRONOS_TRANSFORMS)),

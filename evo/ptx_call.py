@@ -7,7 +7,7 @@
   its dtype and element count, at a pointer parameter of the PTX; each number is a scalar
   of its NumPy type where it has one of the parameter's width, else of the parameter's PTX
   type (``.u32`` -> u32, ``.s32`` -> i32, ``.f32`` -> f32, ...);
-- a buffer's role comes from what the PTX proves (``harness.spec_ptx.pointer_uses``):
+- a buffer's role comes from what the PTX proves (``harness.kernels.spec_ptx.pointer_uses``):
   only read, ``in``; written, ``inout`` (the gate fills it and compares all of it, so a
   kernel that writes part of an output, a stencil's inner points, is judged right, and a
   variant that skips a write still differs from the baseline on fresh fills); a buffer
@@ -21,8 +21,8 @@ checks any.
 from __future__ import annotations
 
 from genomes.errors import EvoError
-from harness import encodings
-from harness.spec import DTYPE_BITS as _BITS
+from harness.dtypes import encodings
+from harness.kernels.spec import DTYPE_BITS as _BITS
 
 # array dtype names (NumPy, CuPy, PyTorch without "torch.") -> spec dtypes
 ARRAY_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
@@ -40,7 +40,7 @@ def from_call(ptx, grid, block, *args, entry: str | None = None, name: str | Non
     """The KernelSpec of calling ``entry`` of ``ptx`` (text or a .ptx path) on ``grid`` x
     ``block`` with ``args`` (module docstring). Other keywords go to ``evo.kernel``."""
     from evo import api
-    from harness.spec_ptx import choose_entry, pointer_uses, ptx_entries
+    from harness.kernels.spec_ptx import choose_entry, pointer_uses, ptx_entries
 
     text = api._ptx_text(ptx)
     entries = ptx_entries(text)

@@ -293,7 +293,7 @@ def _rate(summary: dict | None) -> str | None:
 def memory_lines(results: list[KernelResult], checkpoint: dict) -> list[str]:
     """Per many-thread (events-timed) kernel: bytes moved, the baseline's and the best's
     GB/s against a device copy of the same bytes timed the same way (the roofline,
-    ``harness.gpu_timing.copy_gbps``), the caches, and the peer's time where it ran."""
+    ``harness.gpu.timing.copy_gbps``), the caches, and the peer's time where it ran."""
     lines = []
     kernels = checkpoint.get("kernels", {})
     for r in results:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from genomes.errors import EvoError
 from genomes.genome import Genome, apply_genome
-from harness.peers import peer_or_reason
-from harness.spec import KernelSpec, with_caches
+from harness.kernels.peers import peer_or_reason
+from harness.kernels.spec import KernelSpec, with_caches
 
 from evo import config as config_mod
 from evo import report, runmeta, strategies
@@ -318,13 +318,13 @@ FINALIST_TRIES = 3  # the best and at most two runners-up go under compute-sanit
 
 
 def _check_finalist(spec: KernelSpec, result, saved: dict, on_events) -> None:
-    """The best genome checked harder (``harness.finalist``: compute-sanitizer memcheck
+    """The best genome checked harder (``harness.gpu.finalist``: compute-sanitizer memcheck
     and racecheck, a static .nc check, two runs bitwise identical) before it is written
     to best/. A failure demotes it: the next best valid genome is checked, and so on (at
     most ``FINALIST_TRIES``; the baseline needs no check). A check that cannot run here
     keeps the best and says so. The outcome is kept in the kernel's checkpoint entry
     (``finalist``): report.md quotes it, ``evo show`` and a resume use the kept genome."""
-    from harness.finalist import check_finalist
+    from harness.gpu.finalist import check_finalist
 
     done = saved.get("finalist")
     if done is None:

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from genomes.errors import EvoError
-from harness.spec import KernelSpec
-from harness.suite import find_kernel, list_kernels
+from harness.kernels.spec import KernelSpec
+from harness.kernels.suite import find_kernel, list_kernels
 
 
 def resolve_suite(patterns: list[str]) -> list[KernelSpec]:

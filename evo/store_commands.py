@@ -153,7 +153,7 @@ def cmd_priors(args) -> int:
                       for e in kb["kernels"]])
         return exit_codes.OK
     from evo.learn.source import kernel_prior
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     spec = find_kernel(args.kernel)
     device = args.device or (kb["kernels"][0]["device"] if kb["kernels"] else "static")

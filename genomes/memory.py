@@ -224,7 +224,7 @@ def basic_blocks(fn: Function) -> list[range]:
 def written_params(fn: Function, info: PointerInfo) -> frozenset[str]:
     """Pointer params the function may store through (``"*"`` in it: a store whose
     pointer's origin is unknown). What ``.nc`` loads must never read (``cache_ld``'s
-    ``nc`` policy, and the finalist check of ``harness.finalist``)."""
+    ``nc`` policy, and the finalist check of ``harness.gpu.finalist``)."""
     written: set[str] = set()
     for ins in fn.instructions():
         addr = ins.address()

@@ -39,11 +39,11 @@ from genomes.launch import Launch
 from harness import record
 from harness.backends import Backend, Variant
 from harness.compile import ptx_hash
-from harness.instrument import clock_entry_name
+from harness.gpu.instrument import clock_entry_name
 from harness.record import Measurement
 from harness.sass import cubin_text_hash
-from harness.spec import baseline_ptx
-from harness.spec_ptx import in_file_lines
+from harness.kernels.spec import baseline_ptx
+from harness.kernels.spec_ptx import in_file_lines
 from harness.hidden_state import hidden_state
 from harness.store import Store, code_hash, ptxas_error_key, static_reject_key
 from harness.toolchain import ptxas_version
@@ -105,7 +105,7 @@ class Evaluator:
 
     ``evaluate`` is ``finish(prepare(...))``. The two stages may overlap across batches
     (prepare the next batch on the CPUs while the GPU measures this one), which is what
-    ``harness.bench_throughput`` does; the store and the backends are thread-safe.
+    ``harness.tools.bench_throughput`` does; the store and the backends are thread-safe.
     """
 
     def __init__(self, backend: Backend, store: Store | None = None, workers: int | None = None,
@@ -125,7 +125,7 @@ class Evaluator:
         self._owns_apply_pool = apply_pool is None
         self.arch = arch
         self.stats = EvalStats()
-        # prepare() may run in several threads at once (harness.bench_throughput): each
+        # prepare() may run in several threads at once (harness.tools.bench_throughput): each
         # batch counts into its own EvalStats, added to self.stats under this lock.
         self._lock = threading.Lock()
         self._setup_lock = threading.Lock()  # one baseline measurement, one apply pool
@@ -205,7 +205,7 @@ class Evaluator:
             return [with_twin(apply_genome(module, g, spec.launch), entry) for g in genomes]
         with self._setup_lock:
             if self._apply_pool is None:
-                from harness import spawn
+                from harness.gpu import spawn
 
                 self._apply_pool = concurrent.futures.ProcessPoolExecutor(
                     self.apply_workers, mp_context=spawn.context())
@@ -380,7 +380,7 @@ def with_twin(applied: Applied, entry: str | None) -> tuple[Applied, str | None]
     """``applied`` and, for ``entry``, its PTX with the clock64 twin of that entry (None
     without an entry, or where instrumenting fails: the backend then instruments the
     variant itself and reports why)."""
-    from harness.instrument import with_clock_twin
+    from harness.gpu.instrument import with_clock_twin
 
     if entry is None:
         return applied, None

@@ -28,7 +28,7 @@ RESULT_REUSE = "result reuse"  # reads fast only where its outputs hold its last
 class Measurement:
     """One variant on one device.
 
-    ``cycles`` is a smoothed median (``harness.estimate.central``); ``p10``/``p90`` and ``n``
+    ``cycles`` is a smoothed median (``harness.gpu.estimate.central``); ``p10``/``p90`` and ``n``
     summarize the raw samples.
     ``timer`` says what produced the number: "clock64" (in-kernel SM cycle counter),
     "events" (CUDA events around a graph of launches, converted at the measured SM

@@ -20,9 +20,9 @@ from evo import api
 from evo.config import ConfigError
 from genomes.errors import EvoError
 from genomes.genome import Genome
-from harness.spec import SpecError, load_spec
-from harness.spec_write import spec_toml
-from harness.suite import find_kernel, list_kernels
+from harness.kernels.spec import SpecError, load_spec
+from harness.kernels.spec_write import spec_toml
+from harness.kernels.suite import find_kernel, list_kernels
 
 TRITON = ROOT / "tests" / "data" / "unseen" / "triton"
 N = 1 << 20
@@ -57,7 +57,7 @@ def relu(**kw):
 # ------------------------------------------------------------------ specs built in code
 def test_kernel_equals_load_spec_of_the_same_toml():
     want = find_kernel("relu")
-    spec = relu(reference="relu", peer="harness.peers:relu", description=want.description)
+    spec = relu(reference="relu", peer="harness.kernels.peers:relu", description=want.description)
     same_effect(spec, want)
     assert load_spec(spec.spec_path) == spec  # the file it names reads back to itself
     folder = Path(tempfile.gettempdir()).resolve() / f"evo-{os.getuid()}" / "kernels"

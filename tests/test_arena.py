@@ -1,4 +1,4 @@
-"""The arena keeper's lending (harness.arena) and a worker keeping its arena across restarts,
+"""The arena keeper's lending (harness.gpu.arena) and a worker keeping its arena across restarts,
 on the CPU: a fake keeper process hands out made-up handles instead of CUDA IPC handles."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from harness import arena
+from harness.gpu import arena
 from harness.record import Measurement
-from harness.suite import find_kernel
-from harness.worker import GpuWorker, MeasureRequest
+from harness.kernels.suite import find_kernel
+from harness.gpu.worker import GpuWorker, MeasureRequest
 
 
 def fake_keep(conn, device_id, nbytes):

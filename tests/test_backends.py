@@ -17,7 +17,7 @@ from harness.backends.static import STATIC_NOTE, StaticBackend
 from harness.evaluate import Evaluator
 from harness.record import Measurement
 from harness.store import STATIC_DEVICE, Store
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 GPU = "NVIDIA H200"
 

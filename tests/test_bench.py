@@ -178,7 +178,7 @@ def test_evaluators_share_one_apply_pool():
 
     from genomes.variation import random_genome
     from harness.evaluate import Evaluator
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     spec = find_kernel("gemm_tile_2x2x2")
     genomes = [random_genome(random.Random(i), 1, 3) for i in range(4)]
@@ -293,7 +293,7 @@ def test_the_memory_table_gives_roofline_shares_and_the_peer():
     worse = dict(entry, best_us=2.5)
     results = {"kernels": {"relu": {"greedy": worse, "evolve45": entry},
                            "gemm_tile_2x2x2": {"greedy": {"baseline": 450, "best": 400}}},
-               "peers": {"relu": {"peer": "harness.peers:relu", "peer_us": 2.34}}}
+               "peers": {"relu": {"peer": "harness.kernels.peers:relu", "peer_us": 2.34}}}
     lines = bench_report.memory_table(results, ["greedy", "evolve45"])
     assert "caches: warm (x)" in lines[0]
     assert lines[4:] == ["| relu | 8.4 | 3460 | 3.32 µs (2527 GB/s, 73 %) | "

@@ -1,12 +1,12 @@
-"""harness.bench_throughput's kernels at other sizes (``relu@4M``) and its per-kernel table."""
+"""harness.tools.bench_throughput's kernels at other sizes (``relu@4M``) and its per-kernel table."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness import input_sets
-from harness.bench_throughput import format_table, kernel_spec, main, resized
-from harness.suite import find_kernel
+from harness.gpu import input_sets
+from harness.tools.bench_throughput import format_table, kernel_spec, main, resized
+from harness.kernels.suite import find_kernel
 
 
 def test_resized_elementwise_kernel_has_every_length_and_grid_changed():

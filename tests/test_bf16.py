@@ -1,4 +1,4 @@
-"""bf16 buffers (harness.bf16): kept as bits, converted as ml_dtypes' independent bfloat16
+"""bf16 buffers (harness.dtypes.bf16): kept as bits, converted as ml_dtypes' independent bfloat16
 converts; specs, fills, the gate's checks and references on bf16, and an nvcc-compiled
 bf16 kernel (tests/data/bf16) through ptxas and the static backend."""
 
@@ -10,8 +10,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from harness import bf16, gate, input_sets, record
-from harness.spec import SpecError, load_spec, read_param
+from harness.dtypes import bf16
+from harness.gpu import gate, input_sets
+from harness import record
+from harness.kernels.spec import SpecError, load_spec, read_param
 
 DATA = Path(__file__).parent / "data" / "bf16"
 
@@ -65,7 +67,7 @@ def test_a_bf16_scalar_is_refused_with_the_reason():
     ("const", {"value": 0.1}, lambda v: (v == np.float32(0.10009765625)).all()),  # 0.1 in bf16
 ])
 def test_fills_draw_bf16_values_as_the_fill_says(fill, opts, check):
-    from harness.spec import KernelSpec
+    from harness.kernels.spec import KernelSpec
 
     p = read_param({"name": "x", "kind": "buffer", "dtype": "bf16", "count": 20_000,
                     "role": "in", "fill": fill, **opts}, "t.toml")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import record
-from harness.spec import load_spec
+from harness.kernels.spec import load_spec
 
 pytestmark = pytest.mark.gpu
 
@@ -46,7 +46,7 @@ def test_a_bf16_variant_off_by_ten_percent_is_rejected_as_wrong(spec, tmp_path):
     import dataclasses
 
     from harness.compile import compile_ptx
-    from harness.worker import GpuWorker, MeasureRequest
+    from harness.gpu.worker import GpuWorker, MeasureRequest
 
     with GpuWorker(0) as worker:
         judged = worker.measure(MeasureRequest(

@@ -15,9 +15,9 @@ from genomes.genome import Genome, parse_inline
 from harness import record
 from harness.backends.gpu import GpuBackend
 from harness.evaluate import Evaluator
-from harness.spec import Tolerance, with_caches
+from harness.kernels.spec import Tolerance, with_caches
 from harness.store import Store
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 pytestmark = pytest.mark.gpu
 
@@ -75,7 +75,7 @@ def test_a_fast_math_variant_outside_the_tolerance_is_rejected_with_its_error(ev
 
 def test_the_peer_is_timed_on_the_same_inputs():
     torch = pytest.importorskip("torch")
-    from harness.peers import time_peer
+    from harness.kernels.peers import time_peer
 
     for caches in ("warm", "cold"):
         row = time_peer(with_caches(find_kernel("relu"), caches), torch)

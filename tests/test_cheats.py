@@ -1,4 +1,4 @@
-"""The cheats' CPU side (harness.cheats, the gate's stress inputs and guards): every cheat
+"""The cheats' CPU side (cheats, the gate's stress inputs and guards): every cheat
 edits its suite kernel and assembles with the real ptxas, the table is well formed, and
 the numerics that decide the GPU outcome hold when simulated in NumPy (the tolerance-abuse
 cheats pass the normal fills and fail the stress inputs; the legit atom/red saxpy passes
@@ -10,12 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import cheats, gate, input_sets, record
-from harness.cheats import CHEATS, FINALIST, GATE, LEGIT, CheatError
+import cheats
+from harness.gpu import gate, input_sets
+from harness import record
+from cheats import CHEATS, FINALIST, GATE, LEGIT, CheatError
 from harness.compile import compile_ptx
-from harness.finalist import MEMCHECK, RACECHECK, UNSAFE_NC, unsafe_nc_loads
-from harness.gpu_runner import RESERVED_BYTES, guard_ranges
-from harness.suite import find_kernel, suite_names
+from harness.gpu.finalist import MEMCHECK, RACECHECK, UNSAFE_NC, unsafe_nc_loads
+from harness.gpu.runner import RESERVED_BYTES, guard_ranges
+from harness.kernels.suite import find_kernel, suite_names
 
 from conftest import needs_ptxas
 
@@ -246,7 +248,7 @@ def _runner_with(kernel):
     ``kernel(x, y, arena_bytes, y_offset)`` in NumPy; the rest of check_seed is the real one."""
     from collections import OrderedDict
 
-    from harness.gpu_runner import Runner
+    from harness.gpu.runner import Runner
 
     spec = find_kernel("relu")
     runner = Runner.__new__(Runner)
@@ -279,7 +281,7 @@ def _relu_kernel(x, y, arena, y_offset):
 
 
 def test_check_seed_passes_relu_and_sees_a_write_before_y():
-    from harness.gpu_runner import _Failed
+    from harness.gpu.runner import _Failed
 
     runner, request = _runner_with(_relu_kernel)
     assert runner.check_seed(request, 11)["y"].shape == (1 << 20,)
@@ -298,7 +300,7 @@ def test_check_seed_passes_relu_and_sees_a_write_before_y():
 def test_check_seed_sees_state_kept_far_past_the_last_buffer():
     """A variant keeping a remembered key 4 KiB past y's canary (result reuse): every byte
     of the arena outside the buffers is a guard."""
-    from harness.gpu_runner import _Failed
+    from harness.gpu.runner import _Failed
 
     def remember(x, y, arena, y_offset):
         _relu_kernel(x, y, arena, y_offset)
@@ -315,7 +317,7 @@ def test_the_prefilled_launch_catches_a_variant_that_skips_when_its_outputs_are_
     """Stateless result reuse: the variant computes only where y still holds a NaN (the
     poison); on the launch whose outputs hold its own results on another seed it keeps
     them. The five poisoned launches all pass."""
-    from harness.gpu_runner import _Failed
+    from harness.gpu.runner import _Failed
 
     def skip_if_written(x, y, arena, y_offset):
         if np.isnan(y).all():
@@ -334,7 +336,7 @@ def test_the_prefilled_launch_catches_a_variant_that_skips_when_its_outputs_are_
 
 
 def test_check_seed_names_the_stress_inputs_it_failed_on():
-    from harness.gpu_runner import _Failed
+    from harness.gpu.runner import _Failed
 
     runner, request = _runner_with(lambda x, y, arena, off: np.copyto(y, np.maximum(np.minimum(x, 16), 0)))
     assert runner.check_seed(request, 11)  # the clamp never bites on the normal fills

@@ -1,6 +1,6 @@
-"""The cheats on a real GPU: the gate rejects every gate-stage cheat of harness.cheats with
+"""The cheats on a real GPU: the gate rejects every gate-stage cheat of cheats with
 its reason and the worker recovers; the finalist-stage cheats pass the gate (they leave
-the outputs right) and ``harness.finalist.check_finalist`` rejects them; legit edits pass;
+the outputs right) and ``harness.gpu.finalist.check_finalist`` rejects them; legit edits pass;
 clean kernels pass the finalist check, and a %clock-dependent result fails its
 determinism step.
 
@@ -16,12 +16,12 @@ import functools
 
 import pytest
 
-from harness.cheats import CHEATS, FINALIST, GATE, LEGIT, Cheat
+from cheats import CHEATS, FINALIST, GATE, LEGIT, Cheat
 from harness.compile import compile_ptx
-from harness.finalist import MEMCHECK, NONDETERMINISTIC, RACECHECK, check_finalist
-from harness.instrument import instrument
-from harness.suite import find_kernel
-from harness.worker import GpuWorker, MeasureRequest
+from harness.gpu.finalist import MEMCHECK, NONDETERMINISTIC, RACECHECK, check_finalist
+from harness.gpu.instrument import instrument
+from harness.kernels.suite import find_kernel
+from harness.gpu.worker import GpuWorker, MeasureRequest
 
 pytestmark = pytest.mark.gpu
 
@@ -110,7 +110,7 @@ def test_the_gate_passes_it_and_the_finalist_check_rejects_it(worker, cheat):
     spec, ptx, launch, label = variant(cheat)
     m = measure(worker, cheat.kernel, ptx, launch)
     assert m.valid, (f"{label}: the gate now rejects it ({m.reason}); if that is right, make it a "
-                     "gate-stage cheat in harness/cheats.py with that reason")
+                     "gate-stage cheat in tests/cheats.py with that reason")
     r = check_finalist(spec, ptx, launch)
     # not a skip: on a GPU machine a check that cannot run lets this cheat through
     assert r.ran, f"{label}: the finalist check could not run here: {r.reason}"

@@ -1,4 +1,4 @@
-"""The result-reuse cheats' CPU side (harness.cheats_reuse): every maker edits its suite
+"""The result-reuse cheats' CPU side (cheats_reuse): every maker edits its suite
 kernel's real PTX and assembles with ptxas; the module-state ones declare a ``.global``
 the baseline lacks (and, once ``harness.hidden_state`` exists, exactly they are rejected by
 it); the skip branches land on the final ``ret``; the output marker stays within the
@@ -13,12 +13,14 @@ import re
 import numpy as np
 import pytest
 
-from harness import cheats_reuse as cr, gate, record
-from harness.cheats import CheatError
-from harness.cheats_reuse import REUSE_CHEATS, REUSE_LEGIT, ReuseCheat, with_tail
+import cheats_reuse as cr
+from harness.gpu import gate
+from harness import record
+from cheats import CheatError
+from cheats_reuse import REUSE_CHEATS, REUSE_LEGIT, ReuseCheat, with_tail
 from harness.compile import compile_ptx
-from harness.spec import BufferParam
-from harness.suite import find_kernel, suite_names
+from harness.kernels.spec import BufferParam
+from harness.kernels.suite import find_kernel, suite_names
 
 from conftest import needs_ptxas
 

@@ -1,4 +1,4 @@
-"""The result-reuse cheats (harness.cheats_reuse) on a real GPU, measured by the worker
+"""The result-reuse cheats (cheats_reuse) on a real GPU, measured by the worker
 directly, that is without the static check that rejects module state before ptxas: each
 is rejected with its reason, or (STATIC) rejected by the static check alone, or (WORKS)
 made to do the work on every timed launch, so it reads no faster; the legit edits pass. The static check's verdicts are
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.cheats_reuse import REUSE_CHEATS, REUSE_LEGIT, STATIC, WORKS, ReuseCheat
+from cheats_reuse import REUSE_CHEATS, REUSE_LEGIT, STATIC, WORKS, ReuseCheat
 from harness import record
 from harness.compile import compile_ptx
-from harness.instrument import instrument
-from harness.reuse_probe import REUSE_SHARE
-from harness.spec import load_spec
-from harness.worker import GpuWorker, MeasureRequest
+from harness.gpu.instrument import instrument
+from harness.gpu.reuse_probe import REUSE_SHARE
+from harness.kernels.spec import load_spec
+from harness.gpu.worker import GpuWorker, MeasureRequest
 
 pytestmark = pytest.mark.gpu
 
@@ -113,7 +113,7 @@ HEAVY = Path(__file__).parent / "data" / "reuse" / "heavy.toml"
 def test_a_memo_on_the_outputs_timed_with_events_is_caught_by_the_reuse_probe(worker):
     """tests/data/reuse/heavy.cu: a per-block 32-bit key in the outputs' rounding slack
     passes every output check (poisoned and pre-filled outputs match with odds 2^-32 per
-    block) and skipped its work in the events graph; harness.reuse_probe times it on kept
+    block) and skipped its work in the events graph; harness.gpu.reuse_probe times it on kept
     and on wiped outputs. The honest kernel reads the same in both."""
     spec = load_spec(HEAVY)
     base = spec.ptx_text()

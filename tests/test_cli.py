@@ -104,7 +104,7 @@ def test_missing_ptxas_everywhere_names_the_pip_package(tmp_path):
 def test_init_kernel_writes_a_skeleton_that_names_its_todos(tmp_path, capsys):
     import shutil
 
-    from harness.spec import SpecError, load_spec
+    from harness.kernels.spec import SpecError, load_spec
 
     ptx = tmp_path / "k.ptx"
     shutil.copy(ROOT / "harness" / "kernels" / "softmax.ptx", ptx)

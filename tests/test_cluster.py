@@ -13,7 +13,7 @@ from genomes.genome import Genome, parse_inline
 from harness.backends import make_backend
 from harness.evaluate import Evaluator
 from harness.store import Store
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 pytest.importorskip("distributed")
 
@@ -109,7 +109,7 @@ def test_bench_throughput_on_a_local_cluster_says_static_and_counts_workers(tmp_
     import json
     import re
 
-    from harness.bench_throughput import main
+    from harness.tools.bench_throughput import main
 
     out_file = tmp_path / "bench.json"
     assert main(["--seconds", "0.2", "--backend", "static", "--batch", "2", "--kernels",

@@ -15,7 +15,7 @@ from genomes.genome import parse_inline
 from harness.backends import make_backend
 from harness.evaluate import Evaluator
 from harness.store import Store
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("distributed")

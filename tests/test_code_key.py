@@ -22,10 +22,10 @@ import pytest
 
 from harness.compile import compile_ptx
 from harness.evaluate import compiled_key
-from harness.instrument import clock_entry_name, with_clock_twin
+from harness.gpu.instrument import clock_entry_name, with_clock_twin
 from harness.sass import _elf_text_sections, cubin_text_hash
-from harness.spec import KernelSpec
-from harness.suite import find_kernel
+from harness.kernels.spec import KernelSpec
+from harness.kernels.suite import find_kernel
 
 ENTRY = "helper_axpy"
 PTX = (Path(__file__).parent / "data" / "code_key" / "helper_axpy.ptx").read_text()

@@ -12,8 +12,8 @@ import pytest
 from genomes.launch import Launch
 from harness import record
 from harness.compile import compile_ptx
-from harness.suite import find_kernel
-from harness.worker import GpuWorker, MeasureRequest
+from harness.kernels.suite import find_kernel
+from harness.gpu.worker import GpuWorker, MeasureRequest
 
 pytestmark = pytest.mark.gpu
 

@@ -17,7 +17,7 @@ from harness.backends import Backend
 from harness.evaluate import Evaluator
 from harness.record import Measurement
 from harness.store import Store
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 KERNEL = "gemm_tile_2x2x2"
 
@@ -188,7 +188,7 @@ def test_evo_measure_static_labels_every_estimate(tmp_path, capsys):
 
 
 def test_bench_throughput_smoke_on_static(tmp_path, capsys):
-    from harness.bench_throughput import main
+    from harness.tools.bench_throughput import main
 
     out_file = tmp_path / "bench.json"
     assert main(["--seconds", "0.5", "--backend", "static", "--batch", "3", "--kernels", KERNEL,
@@ -222,7 +222,7 @@ def test_parallel_apply_gives_the_same_variants_as_serial():
 
     from genomes.variation import random_genome
     from harness.evaluate import Evaluator
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     spec = find_kernel("gemm_tile_2x4x4")
     rng = random.Random(3)
@@ -243,7 +243,7 @@ def test_parallel_apply_gives_the_same_variants_as_serial():
     assert [a.ptx for a, _ in pooled] == [a.ptx for a, _ in serial]
     assert [a.outcomes for a, _ in pooled] == [a.outcomes for a, _ in serial]
     # The pool also adds the clock64 twin entry to each variant.
-    from harness.instrument import with_clock_twin
+    from harness.gpu.instrument import with_clock_twin
 
     assert [t for _, t in pooled] == [with_clock_twin(a.ptx, spec.entry) for a, _ in serial]
 
@@ -270,7 +270,7 @@ def test_clock64_twins_assemble_with_their_variants(tmp_path):
     """With the apply pool, each variant and its instrumented twin are one module, one ptxas
     run: the backend gets the twin ready, as another entry of the variant's own cubin, and
     the store key is the variant's code alone (the same as assembled without the twin)."""
-    from harness.instrument import clock_entry_name
+    from harness.gpu.instrument import clock_entry_name
     from harness.sass import _elf_text_sections
 
     spec, backend = find_kernel(KERNEL), ClockBackend()

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import needs_ptxas
 from genomes.genome import apply_genome, parse_inline
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 GENOME = "coarsen(k=4,form=contiguous),vec_ld(width=4),vec_st(width=4)"
 

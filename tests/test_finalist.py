@@ -1,4 +1,4 @@
-"""harness.finalist on the CPU: compute-sanitizer's output parsed (logs as memcheck and
+"""harness.gpu.finalist on the CPU: compute-sanitizer's output parsed (logs as memcheck and
 racecheck write them), the not-found and cannot-check paths (never a silent pass), the
 static .nc check first, the determinism comparison, and the driver's own failure modes.
 The GPU half (memcheck catching an out-of-bounds read, a clean relu passing) is in
@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import cheats, finalist
-from harness.finalist import (DRIVER_OK, MEMCHECK, NOT_RUN, RACECHECK, UNSAFE_NC, check_finalist,
+import cheats
+from harness.gpu import finalist
+from harness.gpu.finalist import (DRIVER_OK, MEMCHECK, NOT_RUN, RACECHECK, UNSAFE_NC, check_finalist,
                               parse_sanitizer, uses_shared_memory)
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 from conftest import needs_ptxas
 
@@ -218,7 +219,7 @@ def test_determinism_compares_bits(tmp_path):
 
 def test_driver_reports_a_setup_error_and_exits_3(tmp_path):
     spec = find_kernel("relu")
-    done = subprocess.run([sys.executable, "-m", "harness.finalist_driver", str(tmp_path / "no.cubin"),
+    done = subprocess.run([sys.executable, "-m", "harness.gpu.finalist_driver", str(tmp_path / "no.cubin"),
                            str(spec.spec_path)], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1],
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
@@ -229,7 +230,7 @@ def test_driver_reports_a_setup_error_and_exits_3(tmp_path):
 # ---------------------------------------------------------------------- the whole flow, faked
 
 _FAKE_CUPY = '''
-"""Just enough of CuPy for harness.finalist_driver: buffers are NumPy arrays and the only
+"""Just enough of CuPy for harness.gpu.finalist_driver: buffers are NumPy arrays and the only
 kernel is relu ($FAKE_KERNEL=noisy changes one element at random, =fault raises)."""
 import os
 import numpy as np

@@ -4,8 +4,8 @@ a check that cannot run keeps the best and says so, report.md tells which."""
 from __future__ import annotations
 
 from genomes.genome import Genome, parse_inline
-from harness import finalist
-from harness.suite import find_kernel
+from harness.gpu import finalist
+from harness.kernels.suite import find_kernel
 
 from evo import report
 from evo import run as run_mod

@@ -1,4 +1,4 @@
-"""fp8 buffers (harness.fp8, e4m3 and e5m2): kept as bits, converted as ml_dtypes'
+"""fp8 buffers (harness.dtypes.fp8, e4m3 and e5m2): kept as bits, converted as ml_dtypes'
 independent float8_e4m3fn and float8_e5m2 convert; specs, fills, the gate's checks on
 fp8, and two nvcc-compiled fp8 kernels (tests/data/fp8) through ptxas and the static
 backend."""
@@ -11,8 +11,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from harness import encodings, fp8, gate, input_sets, record
-from harness.spec import SpecError, load_spec, read_param
+from harness.dtypes import encodings, fp8
+from harness.gpu import gate, input_sets
+from harness import record
+from harness.kernels.spec import SpecError, load_spec, read_param
 
 DATA = Path(__file__).parent / "data" / "fp8"
 FORMATS = [(fp8.E4M3, ml_dtypes.float8_e4m3fn), (fp8.E5M2, ml_dtypes.float8_e5m2)]
@@ -82,7 +84,7 @@ def test_an_fp8_scalar_is_refused_with_the_reason(dtype):
     ("f8e4m3", "const", {"value": 0.1}, lambda v: (v == np.float32(0.1015625)).all()),  # 0.1 in e4m3
 ])
 def test_fills_draw_fp8_values_as_the_fill_says(dtype, fill, opts, check):
-    from harness.spec import KernelSpec
+    from harness.kernels.spec import KernelSpec
 
     p = read_param({"name": "x", "kind": "buffer", "dtype": dtype, "count": 20_000,
                     "role": "in", "fill": fill, **opts}, "t.toml")

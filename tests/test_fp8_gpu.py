@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import record
-from harness.spec import load_spec
+from harness.kernels.spec import load_spec
 
 pytestmark = pytest.mark.gpu
 
@@ -39,7 +39,7 @@ def test_nvcc_fp8_kernels_are_checked_and_timed_on_the_gpu(name, gene):
 def test_a_quantize_off_by_half_is_rejected_as_wrong():
     """x * inv_scale made x * inv_scale * 1.5: e4m3 outputs 50 % off, past one unit (12.5 %)."""
     from harness.compile import compile_ptx
-    from harness.worker import GpuWorker, MeasureRequest
+    from harness.gpu.worker import GpuWorker, MeasureRequest
 
     spec = load_spec(DATA / "quantize_e4m3.toml")
     ptx = spec.ptx_text()

@@ -1,4 +1,4 @@
-"""Tests for harness.gate: inputs, poison, canaries, comparison and launch checks (NumPy only)."""
+"""Tests for harness.gpu.gate: inputs, poison, canaries, comparison and launch checks (NumPy only)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from harness import record
-from harness.gate import (
+from harness.gpu.gate import (
     CANARY_BYTES, SPEEDUP_REVIEW, check_launch, compare, is_poison, poison_value, poisoned,
     speedup_flags, split_canary, with_canary,
 )
-from harness.input_sets import make_inputs, reference_outputs
-from harness.spec import BufferParam, KernelSpec, ScalarParam, Tolerance
-from harness.suite import find_kernel
+from harness.gpu.input_sets import make_inputs, reference_outputs
+from harness.kernels.spec import BufferParam, KernelSpec, ScalarParam, Tolerance
+from harness.kernels.suite import find_kernel
 
 PARAMS = (
     BufferParam("x", "f32", 64, "in", "normal", mean=1.0, std=2.0),

@@ -1,4 +1,4 @@
-"""harness.gate_device's one-pass reductions decide exactly what the gate's array code
+"""harness.gpu.gate_device's one-pass reductions decide exactly what the gate's array code
 decides: for every dtype, on outputs with planted faults (poison left, values just inside
 and just outside the tolerance, NaN, infinities, a clobbered input), the verdict on CuPy
 arrays equals the verdict of the NumPy path on host copies, and the largest errors agree.
@@ -13,9 +13,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from harness import encodings, gate, record
-from harness.spec import BufferParam, Tolerance
-from harness.suite import find_kernel
+from harness.dtypes import encodings
+from harness.gpu import gate
+from harness import record
+from harness.kernels.spec import BufferParam, Tolerance
+from harness.kernels.suite import find_kernel
 
 pytestmark = pytest.mark.gpu
 
@@ -125,7 +127,7 @@ def test_a_clobbered_input_is_seen_and_an_untouched_one_passes(dtype):
 def test_guard_compare_finds_one_changed_byte_anywhere_in_a_range():
     import cupy
 
-    from harness.gate_device import any_ne
+    from harness.gpu.gate_device import any_ne
 
     arena = cupy.full(1 << 20, gate.CANARY_BYTE, dtype=cupy.uint8)
     word = np.uint64(int.from_bytes(bytes([gate.CANARY_BYTE]) * 8, "little"))

@@ -1,11 +1,11 @@
-"""harness.gpu_clocks: nvidia-smi's clocks line, read through a stand-in nvidia-smi."""
+"""harness.gpu.clocks: nvidia-smi's clocks line, read through a stand-in nvidia-smi."""
 
 from __future__ import annotations
 
 import os
 import stat
 
-from harness.gpu_clocks import GpuClocks, parse_line, read_clocks
+from harness.gpu.clocks import GpuClocks, parse_line, read_clocks
 
 
 def test_parse_line_reads_numbers_and_not_available():

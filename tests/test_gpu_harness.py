@@ -14,12 +14,13 @@ import statistics
 
 import pytest
 
-from harness import gpu_timing, record
+from harness.gpu import timing as gpu_timing
+from harness import record
 from harness.compile import compile_ptx
-from harness.gpu_runner import BASELINE_FAILED
-from harness.instrument import instrument
-from harness.suite import find_kernel, suite_names
-from harness.worker import GpuWorker, MeasureRequest
+from harness.gpu.runner import BASELINE_FAILED
+from harness.gpu.instrument import instrument
+from harness.kernels.suite import find_kernel, suite_names
+from harness.gpu.worker import GpuWorker, MeasureRequest
 
 pytestmark = pytest.mark.gpu
 
@@ -64,7 +65,7 @@ def test_clock64_medians_agree_across_fresh_processes():
     Measured on gemm_tile_4x6x8 (~1210-1340 cycles, depending on the machine): H200s
     hold a latency state for whole measurements, one of two ~3 cycles apart (0.2-0.3 %),
     which failed the spread check in 4 of 5 runs before the timer's settle launch (one
-    load of the kernel's first buffer after each batch: harness.gpu_timing._SETTLE_PTX)
+    load of the kernel's first buffer after each batch: harness.gpu.timing._SETTLE_PTX)
     mixed both states into every measurement (BENCHMARKS.md, Precision).
 
     Launch-to-launch jitter is recorded (notes["robust_std"], 1.4826 x MAD of one
@@ -73,7 +74,7 @@ def test_clock64_medians_agree_across_fresh_processes():
 
     Placement: with an arena of its own, each fresh process could get other physical memory
     and read 1367.3 / 1367.6 / 1334.7 cycles (H200; 0.24 % apart on an H100). The workers
-    here run one after another in this process, so harness.arena's keeper lends each the
+    here run one after another in this process, so harness.gpu.arena's keeper lends each the
     same arena, which the record's placement note names. It runs first, before the
     module's `worker` fixture exists (that worker would hold arena 0).
     """
@@ -281,8 +282,8 @@ def test_stability_command_on_the_gpu(capsys):
 
 
 def test_clock_states_script_reports_a_spread_per_condition(capsys):
-    """`python -m harness.clock_states` end to end, shortened."""
-    from harness.clock_states import CONDITIONS, main
+    """`python -m harness.tools.clock_states` end to end, shortened."""
+    from harness.tools.clock_states import CONDITIONS, main
 
     assert main(["--kernel", "gemm_tile_2x2x2", "--measurements", "2"]) == 0
     out = capsys.readouterr().out

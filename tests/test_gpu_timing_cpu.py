@@ -1,4 +1,4 @@
-"""harness.gpu_timing's clock64 batching on the CPU: a fake runner stands in for the CUDA
+"""harness.gpu.timing's clock64 batching on the CPU: a fake runner stands in for the CUDA
 context, and its "launches" write clock words the way the instrumented kernel does."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import gpu_timing, instrument
+from harness.gpu import timing as gpu_timing, instrument
 from harness.phases import no_phases
-from harness.suite import find_kernel
-from harness.worker import MeasureRequest
+from harness.kernels.suite import find_kernel
+from harness.gpu.worker import MeasureRequest
 
 AFTER_UPLOAD, STEADY = 1500, 1000  # made-up cycles: the first launch after an upload is slow
 
@@ -138,7 +138,7 @@ def test_batches_alternate_between_two_input_sets_and_the_last_is_judged():
     the outputs) of the batch before it, every launch after a batch's first starts on its
     outputs restored from that batch's images (poison, inouts' inputs), and the outputs the
     last launch left are judged after timing, against the baseline on its inputs."""
-    from harness import input_sets
+    from harness.gpu import input_sets
 
     runner = FakeRunner()
     req = request(warmup=0, min_reps=24, max_reps=24)
@@ -230,7 +230,7 @@ def test_events_timing_spares_outputs_computed_from_an_inout_after_timing(monkey
     without an inout, every output is judged."""
     import dataclasses
 
-    from harness.spec import BufferParam, ScalarParam
+    from harness.kernels.spec import BufferParam, ScalarParam
 
     monkeypatch.setattr(gpu_timing, "elapsed_us", lambda runner, run, count=1: (run(), 5.0)[1])
     monkeypatch.setattr(gpu_timing, "replayable", lambda runner, run: (run, ""))

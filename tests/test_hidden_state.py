@@ -14,7 +14,7 @@ import pytest
 from harness import record
 from harness.compile import compile_ptx
 from harness.hidden_state import hidden_state, module_globals
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 from conftest import needs_ptxas
 

@@ -5,15 +5,14 @@ it cannot prove stays TODO, and a skeleton filled in that far loads and measures
 
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
 
 from conftest import needs_ptxas
 from evo import api
-from harness.spec import load_spec
-from harness.spec_ptx import pointer_uses, spec_skeleton
-from harness.suite import find_kernel
+from harness.kernels.spec import load_spec
+from harness.kernels.spec_ptx import pointer_uses, spec_skeleton
+from harness.kernels.suite import find_kernel
 
 DATA = Path(__file__).parent / "data" / "init_kernel"
 
@@ -76,8 +75,8 @@ def test_the_guard_agrees_with_the_suites_hand_written_specs():
     """Where the index guard is found, the counts it gives are the specs' own; 2-D kernels
     (transpose) and per-row ones (softmax) get nothing, and batch norm's per-channel
     tables, addressed through i / hw % channels, are not counted as n."""
-    from harness.ptx_index import index_guard
-    from harness.suite import list_kernels
+    from harness.kernels.ptx_index import index_guard
+    from harness.kernels.suite import list_kernels
 
     found = 0
     for spec in list_kernels():

@@ -1,4 +1,4 @@
-"""Tests for harness.instrument: clock64 instrumentation (real ptxas, cuobjdump when present)."""
+"""Tests for harness.gpu.instrument: clock64 instrumentation (real ptxas, cuobjdump when present)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import pytest
 
 from genomes.ptx import Directive, Instruction, Label, parse
 from harness.compile import compile_many, compile_ptx
-from harness.instrument import (
+from harness.gpu.instrument import (
     CLOCK_PARAM, CLOCK_POISON, InstrumentError, clock_buffer, clock_words, cycles_from_clock,
     instrument,
 )
 from harness.sass import disassemble
-from harness.spec_ptx import ptx_entries
-from harness.suite import list_kernels
+from harness.kernels.spec_ptx import ptx_entries
+from harness.kernels.suite import list_kernels
 
 HEADER = ".version 8.0\n.target sm_90\n.address_size 64\n"
 
@@ -86,7 +86,7 @@ def test_every_suite_kernel_assembles_instrumented(suite):
 def test_clock_twin_leaves_the_variant_code_as_assembled_alone(suite):
     """with_clock_twin: one module with the kernel and its instrumented copy; ptxas gives
     the kernel the same code and registers as alone, and the copy those of instrument()."""
-    from harness.instrument import clock_entry_name, with_clock_twin
+    from harness.gpu.instrument import clock_entry_name, with_clock_twin
     from harness.sass import _elf_text_sections, cubin_text_hash
 
     kernels = [s for s in suite if not s.name.startswith("gemm_tile_1")]  # skip ~1 s ptxas runs
@@ -270,7 +270,7 @@ def test_instrumented_kernel_gives_the_same_outputs(suite, name):
     """Bit-identical outputs with and without instrumentation; clock64 kernels give sane cycles."""
     import cupy
 
-    from harness.input_sets import make_inputs
+    from harness.gpu.input_sets import make_inputs
 
     spec = next(s for s in suite if s.name == name)
     inputs = make_inputs(spec, 0)

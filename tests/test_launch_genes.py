@@ -18,8 +18,8 @@ from genomes.launch import Launch
 from harness.compile import compile_many
 from harness.evaluate import Evaluator
 from harness.backends.static import StaticBackend
-from harness.spec import load_spec
-from harness.suite import find_kernel, list_kernels
+from harness.kernels.spec import load_spec
+from harness.kernels.suite import find_kernel, list_kernels
 
 UNSEEN = Path(__file__).parent / "data" / "unseen"
 ELEMENTWISE = ("relu", "gelu", "saxpy", "batchnorm_infer", "embedding_gather")
@@ -192,7 +192,7 @@ def test_occupancy_states_the_launch_block_and_keeps_the_launch():
 def test_max_error_is_over_finite_float_outputs_only():
     import numpy as np
 
-    from harness.gate import max_error
+    from harness.gpu.gate import max_error
 
     spec = find_kernel("relu")
     got = {"y": np.array([1.0, 2.0, np.nan, np.inf], dtype=np.float32)}

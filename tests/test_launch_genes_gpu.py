@@ -17,9 +17,9 @@ from harness import record
 from harness.backends.gpu import GpuBackend
 from harness.compile import compile_ptx
 from harness.evaluate import Evaluator
-from harness.spec import load_spec
-from harness.suite import find_kernel
-from harness.worker import GpuWorker, MeasureRequest
+from harness.kernels.spec import load_spec
+from harness.kernels.suite import find_kernel
+from harness.gpu.worker import GpuWorker, MeasureRequest
 
 pytestmark = pytest.mark.gpu
 

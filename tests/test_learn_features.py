@@ -6,7 +6,7 @@ import math
 
 from conftest import needs_ptxas
 from evo.learn import features as F
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 
 def test_ptx_features_count_what_nvcc_emits():

@@ -13,7 +13,7 @@ from evo.learn import priors as P
 from evo.learn.features import feature_key
 from harness.record import Measurement
 from harness.store import Store
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 KERNELS = ("gemm_tile_2x2x2", "gemm_tile_2x2x4", "gemm_tile_2x4x2", "gemm_tile_4x4x4")
 # cycles multiply by these factors: effects add up in log space

@@ -104,7 +104,7 @@ def test_genes_no_kernel_of_the_prior_measured_are_untried():
 
 
 def test_generation_one_tries_an_untried_gene_on_the_first_seed():
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     spec = find_kernel("reduce_sum")  # warp_tail changes it; the prior has no evidence on it
     alphabet = applicable(gene_alphabet(), spec.ptx_text(), spec.launch)

@@ -19,8 +19,8 @@ from evo.llm.prompts import PromptSet
 from genomes import transforms
 from genomes.genome import Genome, parse_inline
 from harness.record import Measurement
-from harness.spec import load_spec
-from harness.suite import find_kernel
+from harness.kernels.spec import load_spec
+from harness.kernels.suite import find_kernel
 
 llm_server = fake.llm_server  # the fixture
 TRITON = Path(__file__).parent / "data" / "unseen" / "triton"

@@ -21,7 +21,7 @@ from genomes.genome import parse_inline
 from genomes.patch import changed_lines
 from harness.record import Measurement
 from harness.store import Store
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 llm_server = fake.llm_server  # the fixture
 PARENT = parse_inline("maxnreg(n=64)")

@@ -13,7 +13,7 @@ from conftest import needs_ptxas
 from evo.config import LlmConfig
 from evo.llm.mutation import LlmMutator, SearchView, normalize_method
 from genomes.genome import Genome, PatchGene, apply_genome, parse_inline
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 from llm_server import hang, malformed, status, text
 
 llm_server = fake.llm_server  # the fixture

@@ -11,8 +11,8 @@ from genomes.genome import apply_genome, parse_inline
 from genomes.ptx import only_entry, parse
 from harness.compile import compile_ptx
 from harness.evaluate import apply_from_file
-from harness.spec import load_spec
-from harness.suite import find_kernel
+from harness.kernels.spec import load_spec
+from harness.kernels.suite import find_kernel
 
 UNSEEN = Path(__file__).parent / "data" / "unseen"
 ALL_ENTRIES = {"silu", "axpby_inplace", "clamp_i32", "add_one_unguarded", "scale_size_t",

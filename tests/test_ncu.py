@@ -1,4 +1,4 @@
-"""The Nsight Compute pass (harness.ncu): its output read, its figures in the LLM's prompt.
+"""The Nsight Compute pass (harness.gpu.ncu): its output read, its figures in the LLM's prompt.
 
 CPU: ncu's raw CSV (as `ncu --csv --page raw --print-units base` writes it) parsed into
 the figures, its failures into one reason, and `[llm] ncu_every` quoting them. GPU (with
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-import harness.ncu as ncu
+import harness.gpu.ncu as ncu
 import llm_server as fake
 from conftest import needs_ptxas
 from genomes.genome import Genome
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 llm_server = fake.llm_server
 

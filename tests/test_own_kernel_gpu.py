@@ -18,7 +18,7 @@ DATA = Path(__file__).parent / "data" / "init_kernel"
 
 
 def _skeleton(tmp_path, entry: str, fill: dict[str, str] | None = None) -> Path:
-    from harness.spec_ptx import spec_skeleton
+    from harness.kernels.spec_ptx import spec_skeleton
 
     text = spec_skeleton((DATA / "hist.ptx").read_text(), entry, ptx_name=str(DATA / "hist.ptx"))
     for todo, value in (fill or {}).items():

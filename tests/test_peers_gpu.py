@@ -1,4 +1,4 @@
-"""The peers of the kernels outside the suite (harness/peers.py) compute what the kernels
+"""The peers of the kernels outside the suite (harness/kernels/peers.py) compute what the kernels
 compute: the unmodified kernel is the reference (these specs have no NumPy one), on the
 inputs the gate and ``time_peer`` draw. A peer that computed something else would make
 every "vs torch" figure of these kernels meaningless.
@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.input_sets import make_inputs
+from harness.gpu.input_sets import make_inputs
 from harness.kernels.check_gpu import run_once
-from harness.peers import load_peer
-from harness.spec import load_spec
+from harness.kernels.peers import load_peer
+from harness.kernels.spec import load_spec
 
 pytestmark = pytest.mark.gpu
 

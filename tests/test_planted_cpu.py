@@ -9,7 +9,7 @@ import re
 import pytest
 
 from harness.compile import compile_ptx
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 from conftest import needs_ptxas
 from test_gpu_harness import PLANTED

@@ -11,7 +11,7 @@ from evo.llm.prompts import PromptError, PromptSet
 from genomes.genome import GeneOutcome, Genome, PatchGene, apply_genome, parse_inline
 from harness.compile import compile_ptx
 from harness.record import Measurement
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 from tests.conftest import needs_ptxas
 
 
@@ -226,7 +226,7 @@ def test_repair_prompt_has_the_error_the_failed_patch_and_its_target():
 
 @needs_ptxas
 def test_the_prompt_states_buffer_alignment_as_a_fact():
-    from harness.gpu_runner import BUFFER_ALIGN
+    from harness.gpu.runner import BUFFER_ALIGN
 
     context = build_mutate_context(find_kernel("relu"), Genome(), None, None, None, None,
                                    [], [])

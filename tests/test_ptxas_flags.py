@@ -7,7 +7,7 @@ from conftest import needs_ptxas
 from genomes.genome import apply_genome, parse_inline
 from genomes.ptxas_flags import flags_in
 from harness.compile import compile_ptx
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 
 def test_flags_are_read_from_the_ptx_and_only_allowed_ones():

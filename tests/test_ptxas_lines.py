@@ -73,8 +73,8 @@ def test_a_baseline_that_does_not_assemble_says_the_file_line(tmp_path):
 
 
 def test_a_file_of_one_entry_is_left_as_ptxas_says_it(tmp_path):
-    from harness.spec_ptx import in_file_lines
-    from harness.suite import find_kernel
+    from harness.kernels.spec_ptx import in_file_lines
+    from harness.kernels.suite import find_kernel
 
     relu = find_kernel("relu")  # one entry: ptxas's lines are the file's
     assert in_file_lines(relu, "line 12: error: x") == "line 12: error: x"

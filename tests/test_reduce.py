@@ -12,7 +12,7 @@ from evo.reduce import reduce_genome, reduced_entry
 from genomes.genome import Genome, parse_inline
 from harness.backends import make_backend
 from harness.evaluate import Evaluator
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 
 def test_genes_go_while_the_code_stays_the_same_last_first():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from harness.kernels.reference import random_inputs, run_reference
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 RNG = np.random.default_rng(3)
 

@@ -26,7 +26,7 @@ def test_the_summary_keeps_what_the_memory_section_needs():
 
 def test_memory_lines_give_gbs_roofline_share_and_the_peer():
     result = KernelResult("relu", _measured(3.32), {"genes": []}, _measured(2.26), 45, 9)
-    checkpoint = {"kernels": {"relu": {"peer": {"peer": "harness.peers:relu", "peer_us": 2.34,
+    checkpoint = {"kernels": {"relu": {"peer": {"peer": "harness.kernels.peers:relu", "peer_us": 2.34,
                                                 "peer_agrees": True}}}}
     head, line = memory_lines([result], checkpoint)
     assert "events timer" in head
@@ -34,14 +34,14 @@ def test_memory_lines_give_gbs_roofline_share_and_the_peer():
     assert "8.4 MB moved" in line and "caches warm" in line
     assert "baseline 3.32 µs = 2527 GB/s (73 % of the copy)" in line
     assert "best 2.26 µs = 3712 GB/s (107 % of the copy)" in line
-    assert "peer harness.peers:relu: 2.34 µs, best 1.04x the peer's speed" in line
+    assert "peer harness.kernels.peers:relu: 2.34 µs, best 1.04x the peer's speed" in line
 
 
 def test_memory_lines_say_why_a_peer_was_not_timed_and_skip_clock64_kernels():
     relu = KernelResult("relu", _measured(3.32), {"genes": []}, _measured(2.0, valid=False), 5, 1)
     gemm = KernelResult("gemm_tile_2x2x2", {"valid": True, "cycles": 450.0, "timer": "clock64"},
                         {"genes": []}, None, 5, 1)
-    checkpoint = {"kernels": {"relu": {"peer": {"peer": "harness.peers:relu",
+    checkpoint = {"kernels": {"relu": {"peer": {"peer": "harness.kernels.peers:relu",
                                                 "reason": "torch is not installed here"}}}}
     _, line = memory_lines([relu, gemm], checkpoint)
     assert "best -" in line and "not timed: torch is not installed here" in line

@@ -1,4 +1,4 @@
-"""harness.reuse_probe on the CPU: a fake runner records where each memset goes and times a
+"""harness.gpu.reuse_probe on the CPU: a fake runner records where each memset goes and times a
 launch by whether it found its outputs wiped; the probe's graphs and its verdict."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import record, reuse_probe
-from harness.spec import load_spec
+from harness import record
+from harness.gpu import reuse_probe
+from harness.kernels.spec import load_spec
 
 HEAVY = load_spec(Path(__file__).parent / "data" / "reuse" / "heavy.toml")
 
@@ -123,8 +124,8 @@ def test_a_small_difference_is_not_called_reuse():
 def test_fill_poison_writes_the_gates_poison_and_nothing_after_the_buffer(dtype):
     import numpy as np
 
-    from harness import gate
-    from harness.spec import BufferParam
+    from harness.gpu import gate
+    from harness.kernels.spec import BufferParam
 
     p = BufferParam(name="y", dtype=dtype, count=10, role="out")
     raw = np.full(p.nbytes + 16, 7, dtype=np.uint8)

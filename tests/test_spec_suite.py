@@ -14,9 +14,9 @@ from genomes.errors import EvoError
 from harness.kernels.catalog import catalog
 from harness.kernels.reference import REFERENCES, random_inputs, run_reference
 from harness.kernels.regenerate import spec_toml
-from harness.spec import BufferParam, KernelSpec, ScalarParam, SpecError, load_spec
-from harness.spec_ptx import check_ptx, ptx_entries, spec_skeleton
-from harness.suite import UnknownKernelError, find_kernel, gemm_tiles, list_kernels, suite_dir
+from harness.kernels.spec import BufferParam, KernelSpec, ScalarParam, SpecError, load_spec
+from harness.kernels.spec_ptx import check_ptx, ptx_entries, spec_skeleton
+from harness.kernels.suite import UnknownKernelError, find_kernel, gemm_tiles, list_kernels, suite_dir
 
 SUITE = list_kernels()
 NAMES = [spec.name for spec in SUITE]
@@ -124,7 +124,7 @@ def test_bad_spec_names_the_key(tmp_path, old, new, words):
 
 
 def test_caches_chooses_warm_or_cold_timing_and_cold_figures_are_stored_apart(tmp_path):
-    from harness.spec import with_caches
+    from harness.kernels.spec import with_caches
 
     warm = load_spec(_write(tmp_path, GOOD))
     assert warm.caches == "warm" and warm.store_name == warm.name

@@ -1,4 +1,4 @@
-"""harness.stability (`evo stability`) on the CPU: fake workers stand in for GPU workers,
+"""harness.gpu.stability (`evo stability`) on the CPU: fake workers stand in for GPU workers,
 reading a figure that depends on the arena they were given, as placement does on a GPU."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from genomes.genome import parse_inline
 from harness.record import Measurement
-from harness.stability import format_report, measure_stability
-from harness.suite import find_kernel
+from harness.gpu.stability import format_report, measure_stability
+from harness.kernels.suite import find_kernel
 
 PIDS = itertools.count(100)
 
@@ -86,7 +86,7 @@ def test_cli_without_a_gpu_is_one_line(capsys):
 
 
 def test_the_gpu_clocks_after_each_measurement_are_in_the_report():
-    from harness.gpu_clocks import GpuClocks
+    from harness.gpu.clocks import GpuClocks
 
     reads = []
 

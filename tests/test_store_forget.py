@@ -16,7 +16,7 @@ from harness import toolchain
 from harness.backends import make_backend
 from harness.evaluate import Evaluator
 from harness.store import STATIC_DEVICE, Store, StoreError
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 pytestmark = needs_ptxas
 

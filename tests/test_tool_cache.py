@@ -8,13 +8,12 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import stat
-from pathlib import Path
 
 import pytest
 
 from harness import tool_cache, toolchain
 from harness.compile import compile_ptx
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 from conftest import needs_ptxas
 

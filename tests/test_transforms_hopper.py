@@ -485,7 +485,7 @@ def test_unrolled_loop_gives_bitwise_the_same_sums(factor):
 
 @pytest.fixture(scope="module")
 def worker():
-    from harness.worker import GpuWorker
+    from harness.gpu.worker import GpuWorker
 
     with GpuWorker(0) as w:
         yield w
@@ -494,9 +494,9 @@ def worker():
 def _measure(worker, name: str, text: str):
     """The gate's verdict (and timing) on variant ``text`` of suite kernel ``name``."""
     from harness.compile import compile_ptx
-    from harness.instrument import instrument
-    from harness.suite import find_kernel
-    from harness.worker import MeasureRequest
+    from harness.gpu.instrument import instrument
+    from harness.kernels.suite import find_kernel
+    from harness.gpu.worker import MeasureRequest
 
     spec = find_kernel(name)
 

@@ -65,7 +65,7 @@ def test_triton_call_to_spec_to_evolved_ptx_run_by_triton(tmp_path):
     from evo.rundir import RunDir
     from genomes.errors import EvoError
     from genomes.genome import apply_genome, parse_inline
-    from harness.spec import load_spec
+    from harness.kernels.spec import load_spec
 
     dump = tmp_path / "dump"
     proc = _program(tmp_path, "spec", TRITON_KERNEL_DUMP="1", TRITON_DUMP_DIR=str(dump))

@@ -46,7 +46,7 @@ def test_every_gene_is_a_no_op_or_assembles_for_sm_90a(path):
 
 @pytest.mark.parametrize("path", TRITON, ids=lambda p: p.stem)
 def test_the_specs_match_the_ptx_triton_emitted(path):
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     spec = find_kernel(path.with_suffix(".toml"))  # checks the params against the PTX
     assert spec.entry == path.stem and spec.block == (128, 1, 1)
@@ -56,8 +56,8 @@ def test_the_specs_match_the_ptx_triton_emitted(path):
 def test_a_spec_without_the_dynamic_shared_memory_its_ptx_uses_is_refused(tmp_path):
     import shutil
 
-    from harness.spec import SpecError
-    from harness.suite import find_kernel
+    from harness.kernels.spec import SpecError
+    from harness.kernels.suite import find_kernel
 
     src = TRITON[0].parent
     shutil.copy(src / "rms_norm.ptx", tmp_path / "rms_norm.ptx")

@@ -19,7 +19,7 @@ from harness.backends.gpu import GpuBackend
 from harness.compile import target_arch
 from harness.evaluate import Evaluator
 from harness.store import Store
-from harness.suite import find_kernel
+from harness.kernels.suite import find_kernel
 
 pytestmark = pytest.mark.gpu
 

@@ -19,8 +19,8 @@ from genomes.genome import apply_genome, parse_inline
 from genomes.launch import Launch
 from genomes.transforms import NotApplicable, get
 from harness.compile import compile_ptx
-from harness.spec import load_spec
-from harness.suite import find_kernel
+from harness.kernels.spec import load_spec
+from harness.kernels.suite import find_kernel
 
 TREES = Path(__file__).parent / "data" / "unseen" / "trees"
 ROWS = Path(__file__).parent / "data" / "unseen" / "rows.ptx"

@@ -13,8 +13,8 @@ import pytest
 from genomes.genome import Genome, parse_inline
 from harness.backends.gpu import GpuBackend
 from harness.evaluate import Evaluator
-from harness.spec import load_spec
-from harness.suite import find_kernel
+from harness.kernels.spec import load_spec
+from harness.kernels.suite import find_kernel
 
 pytestmark = pytest.mark.gpu
 

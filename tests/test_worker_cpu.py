@@ -1,6 +1,6 @@
 """The GPU worker's process plumbing, on the CPU: a fake child stands in for gpu_runner.serve.
 
-The fakes follow the worker protocol (harness/worker.py) and act on the request's
+The fakes follow the worker protocol (harness/gpu/worker.py) and act on the request's
 ``kernel_name``: "hang" sleeps forever, "die" exits mid-request, "sticky" answers like a
 child whose CUDA context broke and exits; anything else is measured at once, with the
 child's pid in the notes so that a test can tell a restarted child from the old one.
@@ -19,9 +19,9 @@ import pytest
 
 from harness import record
 from harness.record import Measurement
-from harness.suite import find_kernel
-from harness.estimate import central, central_sem, precise_enough, summarize
-from harness.worker import GpuWorker, MeasureRequest, WorkerStartError
+from harness.kernels.suite import find_kernel
+from harness.gpu.estimate import central, central_sem, precise_enough, summarize
+from harness.gpu.worker import GpuWorker, MeasureRequest, WorkerStartError
 
 
 def fake_serve(conn, device_id):
@@ -104,12 +104,12 @@ def test_hang_death_and_sticky_error_each_restart_the_worker():
 
 
 def test_a_childs_first_judgement_of_a_dtype_on_the_gpu_gets_time_to_compile(monkeypatch):
-    """CuPy compiles the gate's device kernels on first use (harness.worker.COLD_GATE_S):
+    """CuPy compiles the gate's device kernels on first use (harness.gpu.worker.COLD_GATE_S):
     the first request judged on the GPU per dtype set and child may take that much longer;
     the next one, or a small kernel judged on the host, may not."""
-    import harness.worker
+    import harness.gpu.worker
 
-    monkeypatch.setattr(harness.worker, "COLD_GATE_S", 2.0)
+    monkeypatch.setattr(harness.gpu.worker, "COLD_GATE_S", 2.0)
     with GpuWorker(0, target=fake_serve) as worker:
         assert not worker.measure(request("slow", timeout_s=0.5)).valid  # gemm tile: host-judged
         first = worker.measure(request("slow", timeout_s=0.5, kernel="relu"))  # 8 MiB: on the GPU
@@ -206,7 +206,7 @@ SCRIPT_WITHOUT_MAIN_GUARD = """
 import sys
 sys.path.insert(0, {tests!r})
 from test_worker_cpu import fake_serve, request
-from harness.worker import GpuWorker
+from harness.gpu.worker import GpuWorker
 
 print("script body ran")
 with GpuWorker(0, target=fake_serve) as worker:
@@ -216,7 +216,7 @@ with GpuWorker(0, target=fake_serve) as worker:
 
 def test_a_script_without_a_main_guard_runs_once_and_its_worker_works(tmp_path):
     """Spawn prepares a child by importing the parent's __main__: a script without an
-    ``if __name__ == "__main__":`` guard ran again in each worker (harness.spawn)."""
+    ``if __name__ == "__main__":`` guard ran again in each worker (harness.gpu.spawn)."""
     import subprocess
     import sys
     from pathlib import Path

@@ -34,7 +34,7 @@ MIN_OWN_ROWS = 20  # kernels with fewer measured genomes say nothing about ranki
 def evaluate_kernel(kb: dict, entry: dict, keep: float) -> dict | None:
     """The figures of one kernel (``entry`` of ``kb``), or None when it cannot be judged."""
     from evo.learn.source import kernel_prior
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     own = [(keys, y) for text, y in entry.get("rows", [])
            if (keys := genome_keys(text)) is not None]

@@ -71,7 +71,7 @@ def probe_singles(store, device: str, kernel: str) -> dict | None:
     from genomes.genome import Genome, apply_genome
     from genomes.variation import gene_alphabet
     from harness.compile import ptx_hash
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     try:
         spec = find_kernel(kernel)

@@ -162,7 +162,7 @@ def build_kb(stores: list, exclude=(), feature_cache: dict | None = None, keep: 
     need its spec); kernels named in ``exclude`` are left out; ``keep`` results a kernel
     as rows (``summarize``)."""
     from harness.store import Store
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     from evo.learn.features import FEATURES_VERSION, features_many
     from evo.learn.observe import observations

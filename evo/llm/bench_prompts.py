@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     from evo.llm.feedback import build_mutate_context
     from evo.llm.prompts import PromptSet
     from genomes.genome import Genome
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     split = PRE_TOKEN.findall
     if args.tiktoken:

@@ -5,7 +5,7 @@ summary, ``evo.search.summary``) this builds:
 
 - memory figures for an events-timed variant: µs per launch, bytes moved (every input read
   once, every output written once), achieved GB/s and its share of a device copy of the
-  same bytes (the copy roofline, ``harness.gpu_timing.copy_gbps``), the caches mode;
+  same bytes (the copy roofline, ``harness.gpu.timing.copy_gbps``), the caches mode;
 - the top-k variants by cycles, with their speedup over the baseline, in genome notation;
 - per-gene effects: for every gene seen, how many variants held it, the best and median
   speedup among them and the median of the variants without it;

@@ -28,8 +28,8 @@ from typing import Any
 
 from genomes.genome import GeneOutcome, Genome, PatchGene, apply_genome
 from harness.record import Measurement
-from harness.spec import BufferParam, KernelSpec
-from harness.spec_ptx import ptx_entries
+from harness.kernels.spec import BufferParam, KernelSpec
+from harness.kernels.spec_ptx import ptx_entries
 
 from evo.llm import context as search_facts
 from evo.llm.occupancy import occupancy, target_of
@@ -68,7 +68,7 @@ class MutateContext:
     search: dict  # evo.llm.context.search_context: top variants, gene effects, transforms
     static: bool  # True when any cycle figure is a static estimate
     mode: str = "full"  # or "explore": the mutator left the search's history out
-    ncu: dict | None = None  # harness.ncu.profile of a variant, with its "genome" (or None)
+    ncu: dict | None = None  # harness.gpu.ncu.profile of a variant, with its "genome" (or None)
     lessons: list = field(default_factory=list)  # the LLM's LESSON lines on this kernel
 
 
@@ -193,7 +193,7 @@ def _kernel_info(spec: KernelSpec) -> dict:
         else:
             info.update(count=None, role="scalar", value=p.value)
         params.append(info)
-    from harness.gpu_runner import BUFFER_ALIGN
+    from harness.gpu.runner import BUFFER_ALIGN
 
     return {"name": spec.name, "entry": spec.entry, "description": spec.description,
             "params": params, "buffer_align": BUFFER_ALIGN}

@@ -32,7 +32,7 @@ from genomes.genome import Genome, PatchGene, apply_genome
 from genomes.patch import changed_lines, extract_patch
 from harness.compile import compile_ptx
 from harness.record import Measurement
-from harness.spec import KernelSpec
+from harness.kernels.spec import KernelSpec
 
 from evo.config import LlmConfig
 from evo.llm.client import LlmClient
@@ -81,7 +81,7 @@ class LlmMutator:
         self.context_chars = config.context_chars
         self.counts: Counter = Counter()
         self.history = PatchHistory()
-        # Nsight Compute figures quoted in the prompts, per kernel (harness.ncu.profile of
+        # Nsight Compute figures quoted in the prompts, per kernel (harness.gpu.ncu.profile of
         # its best so far, refreshed before every [llm] ncu_every-th call on the kernel)
         self.ncu_every = config.ncu_every
         self.ncu: dict[str, dict] = {}
@@ -221,9 +221,9 @@ class LlmMutator:
         self.lessons[kernel] = [lesson, *kept][:LESSONS]
 
     def profile(self, spec: KernelSpec, genome: Genome) -> dict:
-        """Run the Nsight Compute pass on ``genome`` (``harness.ncu``); the next prompts for
+        """Run the Nsight Compute pass on ``genome`` (``harness.gpu.ncu``); the next prompts for
         the kernel quote it. A failure (no GPU, no ncu, no permission) is quoted as such."""
-        from harness.ncu import profile
+        from harness.gpu.ncu import profile
 
         applied = apply_genome(spec.ptx_text(), genome, spec.launch)
         self.ncu[spec.name] = {"genome": str(genome),

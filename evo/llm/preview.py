@@ -27,7 +27,7 @@ def prompt_messages(kernel: str, run: Path | None = None, config_path: Path | No
     from evo.llm.mutation import LlmMutator
     from evo.rundir import RunDir
     from evo.search import search_view
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     spec = find_kernel(kernel)
     known, parent, llm_state = {}, Genome(), None

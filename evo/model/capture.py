@@ -283,7 +283,7 @@ def read_at_run_time(spec, ptx: str) -> list[str]:
     """The scalar params (sizes) the kernel's code reads. Inductor compiles static sizes
     into the code and passes them as params Triton never reads; a kernel compiled for
     dynamic shapes reads them, and one launcher then runs it at every size."""
-    from harness.spec_ptx import params_read, ptx_entries
+    from harness.kernels.spec_ptx import params_read, ptx_entries
 
     declared = ptx_entries(ptx).get(spec.entry, [])
     read = params_read(ptx, spec.entry)
@@ -343,7 +343,7 @@ def write(launches: list[Launch], out, times: dict[str, float] | None = None, to
 
 def read(folder) -> dict:
     """A capture folder's manifest, each kernel's spec loaded (``kernel_spec``)."""
-    from harness.spec import load_spec
+    from harness.kernels.spec import load_spec
 
     folder = Path(folder)
     path = folder / MANIFEST

@@ -8,7 +8,7 @@ must never mix devices.
 
 Per kernel the backend compiles, once, the baseline cubin (its outputs are the reference
 every variant must match) and, for ``timing == "clock64"`` specs, the instrumented variants
-(``harness.instrument``). Each candidate is checked on five fresh input seeds and timed on
+(``harness.gpu.instrument``). Each candidate is checked on five fresh input seeds and timed on
 a separate one, all drawn from an RNG seeded by (run seed, kernel, code hash): fresh for
 every candidate, yet the same whichever order, GPU or resumed run measures it.
 """
@@ -43,7 +43,7 @@ class GpuBackend(Backend):
     def __init__(self, gpus: list[int], *, seed: int = 0, arch: str = "sm_90",
                  timeout_s: float = 10.0, worker_factory=None, check_sets: int = CHECK_SEEDS,
                  timing: dict | None = None):
-        from harness.worker import GpuWorker
+        from harness.gpu.worker import GpuWorker
 
         if not gpus or len(set(gpus)) != len(gpus):
             raise EvoError(f"--gpus needs distinct device ids, got {gpus}")
@@ -90,7 +90,7 @@ class GpuBackend(Backend):
         """Instrumented cubins for clock64 specs (an error text where that failed), else None."""
         if spec.timing != "clock64":
             return [None] * len(variants)
-        from harness.instrument import instrument
+        from harness.gpu.instrument import instrument
 
         texts: list[str | None] = []
         errors: dict[int, str] = {}
@@ -141,7 +141,7 @@ class GpuBackend(Backend):
     def measure_many(self, spec, variants: list[Variant],
                      baseline: Measurement | None = None) -> list[Measurement]:
         """Check and time each variant; results in order. Failures are invalid Measurements."""
-        from harness.worker import MeasureRequest
+        from harness.gpu.worker import MeasureRequest
 
         base_cubin = self._baseline_cubin(spec)
         if any(v.clock_cubin is None for v in variants):

@@ -1,6 +1,6 @@
 """The kernel suite as data: one entry per kernel, from which `regenerate` writes the specs.
 
-Each entry is a plain dict in the spec's TOML shape (see `harness.spec`) plus `source`
+Each entry is a plain dict in the spec's TOML shape (see `harness.kernels.spec`) plus `source`
 (the `.cu` in `src/`) and `defines` (extra `-D` flags). Keeping the launch shapes, sizes
 and fills here, next to nothing else, means a kernel's spec and its sources cannot drift:
 `python -m harness.kernels.regenerate` rewrites both the `.ptx` and the `.toml` from this.
@@ -72,7 +72,7 @@ def _many_block() -> list[dict]:
     """The many-thread, many-block kernels (CUDA events timing)."""
     return [
         {
-            "name": "reduce_sum", "peer": "harness.peers:reduce_sum", "grid": [N_1M // 512, 1, 1], "block": [256, 1, 1],
+            "name": "reduce_sum", "peer": "harness.kernels.peers:reduce_sum", "grid": [N_1M // 512, 1, 1], "block": [256, 1, 1],
             "reference": "reduce_sum", "tolerance": {"rtol": 1e-5, "atol": 1e-4},
             "description": "one partial sum per block of 512 floats (shared-memory tree reduction), 1M floats",
             "meta": {"per_block": 512},
@@ -80,7 +80,7 @@ def _many_block() -> list[dict]:
                        buf("partial", "f32", N_1M // 512, "out"), scalar("n", "u32", N_1M)],
         },
         {
-            "name": "reduce_max", "peer": "harness.peers:reduce_max", "grid": [N_1M // 512, 1, 1], "block": [256, 1, 1],
+            "name": "reduce_max", "peer": "harness.kernels.peers:reduce_max", "grid": [N_1M // 512, 1, 1], "block": [256, 1, 1],
             "reference": "reduce_max", "tolerance": {"rtol": 0.0, "atol": 0.0},
             "description": "one partial maximum per block of 512 floats (shared-memory tree reduction), 1M floats",
             "meta": {"per_block": 512},
@@ -88,7 +88,7 @@ def _many_block() -> list[dict]:
                        buf("partial", "f32", N_1M // 512, "out"), scalar("n", "u32", N_1M)],
         },
         {
-            "name": "softmax", "peer": "harness.peers:softmax", "grid": [ROWS, 1, 1], "block": [256, 1, 1],
+            "name": "softmax", "peer": "harness.kernels.peers:softmax", "grid": [ROWS, 1, 1], "block": [256, 1, 1],
             "reference": "softmax", "tolerance": {"rtol": 1e-5, "atol": 1e-7},
             "description": "row-wise softmax of a 1024x1024 f32 matrix, one block per row",
             "meta": {"rows": ROWS, "cols": COLS},
@@ -96,7 +96,7 @@ def _many_block() -> list[dict]:
                        buf("y", "f32", ROWS * COLS, "out"), scalar("cols", "u32", COLS)],
         },
         {
-            "name": "layernorm", "peer": "harness.peers:layernorm", "grid": [ROWS, 1, 1], "block": [256, 1, 1],
+            "name": "layernorm", "peer": "harness.kernels.peers:layernorm", "grid": [ROWS, 1, 1], "block": [256, 1, 1],
             "reference": "layernorm", "tolerance": {"rtol": 1e-5, "atol": 1e-5},
             "description": "layer norm over each row of a 1024x1024 f32 matrix (affine), one block per row",
             "meta": {"rows": ROWS, "cols": COLS},
@@ -107,21 +107,21 @@ def _many_block() -> list[dict]:
                        scalar("cols", "u32", COLS), scalar("eps", "f32", 1e-5)],
         },
         {
-            "name": "relu", "peer": "harness.peers:relu", "grid": [N_1M // 256, 1, 1], "block": [256, 1, 1],
+            "name": "relu", "peer": "harness.kernels.peers:relu", "grid": [N_1M // 256, 1, 1], "block": [256, 1, 1],
             "reference": "relu", "tolerance": {"rtol": 0.0, "atol": 0.0},
             "description": "y = max(x, 0) elementwise, 1M floats",
             "params": [buf("x", "f32", N_1M, "in", "normal"), buf("y", "f32", N_1M, "out"),
                        scalar("n", "u32", N_1M)],
         },
         {
-            "name": "gelu", "peer": "harness.peers:gelu", "grid": [N_1M // 256, 1, 1], "block": [256, 1, 1],
+            "name": "gelu", "peer": "harness.kernels.peers:gelu", "grid": [N_1M // 256, 1, 1], "block": [256, 1, 1],
             "reference": "gelu", "tolerance": {"rtol": 1e-5, "atol": 1e-6},
             "description": "GELU (tanh approximation) elementwise, 1M floats",
             "params": [buf("x", "f32", N_1M, "in", "normal", std=2.0), buf("y", "f32", N_1M, "out"),
                        scalar("n", "u32", N_1M)],
         },
         {
-            "name": "saxpy", "peer": "harness.peers:saxpy", "grid": [N_1M // 256, 1, 1], "block": [256, 1, 1],
+            "name": "saxpy", "peer": "harness.kernels.peers:saxpy", "grid": [N_1M // 256, 1, 1], "block": [256, 1, 1],
             "reference": "saxpy", "tolerance": {"rtol": 1e-6, "atol": 1e-6},
             "description": "y = a*x + y in place, 1M floats",
             "params": [buf("x", "f32", N_1M, "in", "normal"), buf("y", "f32", N_1M, "inout", "normal"),
@@ -137,7 +137,7 @@ def _many_block() -> list[dict]:
                        scalar("n", "u32", N_1M)],
         },
         {
-            "name": "attention", "peer": "harness.peers:attention", "grid": [128, 8, 1], "block": [128, 1, 1],
+            "name": "attention", "peer": "harness.kernels.peers:attention", "grid": [128, 8, 1], "block": [128, 1, 1],
             "reference": "attention", "tolerance": {"rtol": 1e-5, "atol": 1e-5},
             "description": "softmax(Q K^T / sqrt(d)) V, 8 heads, seq 128, head dim 32, "
                            "one query row per block (grid x = row, y = head)",
@@ -149,7 +149,7 @@ def _many_block() -> list[dict]:
                        scalar("scale", "f32", 32 ** -0.5)],
         },
         {
-            "name": "embedding_gather", "peer": "harness.peers:embedding_gather", "grid": [4096 * 64 // 256, 1, 1], "block": [256, 1, 1],
+            "name": "embedding_gather", "peer": "harness.kernels.peers:embedding_gather", "grid": [4096 * 64 // 256, 1, 1], "block": [256, 1, 1],
             "reference": "embedding_gather", "tolerance": {"rtol": 0.0, "atol": 0.0},
             "description": "out[t] = table[idx[t]] for 4096 int32 token ids, 8192 x 64 f32 table",
             "meta": {"vocab": 8192, "tokens": 4096, "dim": 64},
@@ -169,7 +169,7 @@ def _many_block() -> list[dict]:
                        buf("loss", "f32", ROWS, "out"), scalar("classes", "u32", 1000)],
         },
         {
-            "name": "batchnorm_infer", "peer": "harness.peers:batchnorm_infer", "grid": [N_1M // 256, 1, 1], "block": [256, 1, 1],
+            "name": "batchnorm_infer", "peer": "harness.kernels.peers:batchnorm_infer", "grid": [N_1M // 256, 1, 1], "block": [256, 1, 1],
             "reference": "batchnorm_infer", "tolerance": {"rtol": 1e-5, "atol": 1e-5},
             "description": "batch norm, inference mode (per-channel running mean/var are inputs), "
                            "NCHW 16x64x32x32",
@@ -184,7 +184,7 @@ def _many_block() -> list[dict]:
                        scalar("hw", "u32", 1024), scalar("eps", "f32", 1e-5)],
         },
         {
-            "name": "transpose", "peer": "harness.peers:transpose", "grid": [1024 // 32, 512 // 32, 1], "block": [32, 8, 1],
+            "name": "transpose", "peer": "harness.kernels.peers:transpose", "grid": [1024 // 32, 512 // 32, 1], "block": [32, 8, 1],
             "reference": "transpose", "tolerance": {"rtol": 0.0, "atol": 0.0},
             "description": "out[1024x512] = in[512x1024]^T via 32x32 shared tiles padded to 33 columns",
             "meta": {"rows": 512, "cols": 1024},
@@ -232,7 +232,7 @@ def _triton() -> list[dict]:
                buf("profile_scratch", "u8", 256, "in", "const", value=0)]
     return [
         {
-            "name": "triton_softmax", "peer": "harness.peers:softmax", "source": "triton_kernels.py", "triton": True,
+            "name": "triton_softmax", "peer": "harness.kernels.peers:softmax", "source": "triton_kernels.py", "triton": True,
             "grid": [ROWS, 1, 1], "block": [128, 1, 1], "shared_mem": 16, "timing": "events",
             "reference": "softmax", "tolerance": {"rtol": 1e-5, "atol": 1e-7},
             "description": "row-wise softmax of a 1024x1024 f32 matrix in Triton, one program "
@@ -243,7 +243,7 @@ def _triton() -> list[dict]:
                        *scratch],
         },
         {
-            "name": "triton_add", "peer": "harness.peers:vector_add", "source": "triton_kernels.py", "triton": True,
+            "name": "triton_add", "peer": "harness.kernels.peers:vector_add", "source": "triton_kernels.py", "triton": True,
             "grid": [N_1M // 1024, 1, 1], "block": [128, 1, 1], "shared_mem": 0,
             "timing": "events", "reference": "vector_add", "tolerance": {"rtol": 0.0, "atol": 0.0},
             "description": "z = x + y elementwise in Triton, 1M floats, 1024 per program",

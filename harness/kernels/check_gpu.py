@@ -18,8 +18,8 @@ import sys
 import numpy as np
 
 from harness.kernels.reference import random_inputs, run_reference
-from harness.spec import KernelSpec, is_int_dtype
-from harness.suite import list_kernels
+from harness.kernels.spec import KernelSpec, is_int_dtype
+from harness.kernels.suite import list_kernels
 
 
 def worst_ratio(spec: KernelSpec, got: dict, want: dict) -> float:

@@ -30,9 +30,9 @@ def random_inputs(spec, rng: np.random.Generator, xp=np) -> Inputs:
 
     Param order fixes the order of draws, so a seed gives the same inputs everywhere.
     ``xp``: the array module the buffers are made in (CuPy, with ``rng`` drawing on the
-    GPU: ``harness.input_sets.make_inputs``).
+    GPU: ``harness.gpu.input_sets.make_inputs``).
     """
-    from harness import encodings
+    from harness.dtypes import encodings
 
     values: Inputs = {}
     for p in spec.params:
@@ -51,7 +51,7 @@ def random_inputs(spec, rng: np.random.Generator, xp=np) -> Inputs:
             drawn = rng.integers(int(p.low), int(p.high), p.count)
         else:
             drawn = xp.full(p.count, p.value, np.float32 if encodings.of(p.dtype) else dtype)
-        # bf16 and fp8 are kept as their bits (harness.encodings): the values drawn, rounded
+        # bf16 and fp8 are kept as their bits (harness.dtypes.encodings): the values drawn, rounded
         encoding = encodings.of(p.dtype)
         values[p.name] = encoding.from_float(drawn, xp) if encoding else drawn.astype(dtype)
     return values
@@ -198,8 +198,8 @@ def transpose(inputs: Inputs, spec) -> Inputs:
 def run_reference(spec, inputs: Inputs) -> Inputs:
     """Call the spec's reference on `inputs`; KeyError if the spec names none. A bf16 or
     fp8 buffer reaches the reference as float32 values and comes back as its bits (a
-    reference computes in float; ``harness.encodings``)."""
-    from harness import encodings
+    reference computes in float; ``harness.dtypes.encodings``)."""
+    from harness.dtypes import encodings
 
     if spec.reference is None:
         raise KeyError(f"spec {spec.name} names no reference")

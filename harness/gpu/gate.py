@@ -7,7 +7,7 @@ NumPy and tested on CPU; the judging functions (``check_launch``, ``compare``,
 the GPU (``array_module``): the worker judges kernels of tens of millions of elements
 where their buffers are, since host copies and comparisons of 64M elements take seconds.
 
-* Inputs come from ``harness.input_sets`` (one set per seed, stress sets among them).
+* Inputs come from ``harness.gpu.input_sets`` (one set per seed, stress sets among them).
 * Before each launch the worker fills ``out`` buffers with ``poisoned(param)``: a NaN with
   a payload no kernel computes (GPUs produce the canonical NaN), or all-ones bits for ints.
   An element still holding those exact bits afterwards was never written.
@@ -24,8 +24,9 @@ from typing import Mapping
 
 import numpy as np
 
-from harness import encodings, record
-from harness.spec import DTYPES, BufferParam, KernelSpec, is_int_dtype, numpy_dtype
+from harness.dtypes import encodings
+from harness import record
+from harness.kernels.spec import DTYPES, BufferParam, KernelSpec, is_int_dtype, numpy_dtype
 
 CANARY_BYTES = 256
 """Bytes of fixed pattern after each output buffer."""
@@ -51,11 +52,11 @@ def array_module(array):
 
 
 def _device(xp):
-    """``harness.gate_device`` when ``xp`` is CuPy (its one-pass kernels decide whether a
+    """``harness.gpu.gate_device`` when ``xp`` is CuPy (its one-pass kernels decide whether a
     launch passed; the array code below says why not), else None."""
     if xp is np:
         return None
-    from harness import gate_device
+    from harness.gpu import gate_device
     return gate_device
 
 
@@ -74,7 +75,7 @@ def _poison_bits(dtype: np.dtype) -> int:  # bf16 (uint16 bits): all ones, a NaN
 
 def values(array, dtype: str):
     """``array`` (a buffer's elements, bits for bf16 and fp8) as numbers to compare:
-    float32 for those (``harness.encodings``), else the dtype's own type."""
+    float32 for those (``harness.dtypes.encodings``), else the dtype's own type."""
     xp = array_module(array)
     encoding = encodings.of(dtype)
     if encoding is not None:
@@ -226,7 +227,7 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
 
 
 def _passes_on_device(outputs, reference, spec, stress: bool, xp) -> bool:
-    """True when ``compare`` would pass, decided by ``harness.gate_device``'s one-pass
+    """True when ``compare`` would pass, decided by ``harness.gpu.gate_device``'s one-pass
     kernels (CuPy arrays only; False elsewhere, and wherever they cannot decide, so that
     ``compare``'s array code judges and, on a failure, says why)."""
     device = _device(xp)

@@ -1,9 +1,9 @@
 """The gate's judgements in one pass over device memory: fused CuPy kernels.
 
-``harness.gate`` judges CuPy arrays with the same array code as NumPy ones, and each of
+``harness.gpu.gate`` judges CuPy arrays with the same array code as NumPy ones, and each of
 its steps (``isclose``, ``isfinite``, masks, float64 copies) is a kernel that writes a
 temporary as large as the buffer. On a 64M-element output that was ~40 ms to compare and
-~40 ms for the largest errors, per seed (H200, ``harness.bench_throughput --per-kernel``,
+~40 ms for the largest errors, per seed (H200, ``harness.tools.bench_throughput --per-kernel``,
 BENCHMARKS.md session 14). The kernels here read each buffer once and write nothing
 but their result; ``gate`` uses them to decide *whether* a launch passed and keeps its
 array code for *why not* (the reason's counts and first element), which runs only on a
@@ -26,10 +26,10 @@ import numpy as np
 
 def _value(encoding: str | None) -> str:
     """C for ``evo_val(v)``: an element as a double: the value, or for a dtype kept as its
-    bits (bf16, fp8: ``harness.encodings``) the float its bits encode."""
+    bits (bf16, fp8: ``harness.dtypes.encodings``) the float its bits encode."""
     if encoding is None:
         return "template <typename T> __device__ double evo_val(T v) { return (double)v; }\n"
-    from harness import encodings
+    from harness.dtypes import encodings
 
     return encodings.of(encoding).c_value()
 

@@ -2,7 +2,7 @@
 
 Neither NumPy nor CuPy has a bfloat16 array type, and the gate runs on both (CuPy for the
 kernels it judges on the GPU), so a spec's ``bf16`` buffer lives as ``uint16`` bits
-(``harness.spec.numpy_dtype("bf16")``) and is converted where values are needed: drawing
+(``harness.kernels.spec.numpy_dtype("bf16")``) and is converted where values are needed: drawing
 inputs (``from_float``: float32 rounded to nearest even, as PTX's ``cvt.rn.bf16.f32`` and
 torch do), comparing outputs and running references (``to_float``: exact, bf16 is the top
 half of a float32). Both take ``xp`` (NumPy or CuPy) arrays and run where they are.
@@ -21,7 +21,7 @@ that sums in float32 in another order and rounds once differs by one."""
 
 
 def _xp(array):
-    from harness.gate import array_module
+    from harness.gpu.gate import array_module
 
     return array_module(array)
 
@@ -53,7 +53,7 @@ def neighbour(bits):
 
 def c_value() -> str:
     """C for ``evo_val(v)``: an element (its uint16 bits) as a double, the float its bits
-    are the top half of (``harness.gate_device``'s kernels)."""
+    are the top half of (``harness.gpu.gate_device``'s kernels)."""
     return ("template <typename T> __device__ double evo_val(T v) {\n"
             "  return (double)__uint_as_float(((unsigned int)v) << 16); }\n")
 

@@ -12,7 +12,7 @@ on another CUDA stream, patched timers or Python objects, and overwriting the ha
 expected outputs (they are host arrays the kernel cannot reach).
 
 ``stage`` says who must catch a cheat: ``"gate"`` (``GpuWorker.measure`` returns invalid
-with ``reason``), or ``"finalist"`` (the gate cannot see it; ``harness.finalist``'s
+with ``reason``), or ``"finalist"`` (the gate cannot see it; ``harness.gpu.finalist``'s
 sanitizer or static check must). A racy cheat may escape the gate when the race does not
 fire: then ``fallback`` names what the finalist check must say instead.
 """
@@ -25,7 +25,7 @@ from typing import Callable
 
 from genomes.launch import Launch
 from harness import record
-from harness.finalist import MEMCHECK, RACECHECK, UNSAFE_NC
+from harness.gpu.finalist import MEMCHECK, RACECHECK, UNSAFE_NC
 
 GATE, FINALIST = "gate", "finalist"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from genomes.errors import EvoError
 from harness.kernels.catalog import GEMM_SIZES, gemm_name
-from harness.spec import KernelSpec, SpecError, load_spec
-from harness.spec_ptx import check_ptx
+from harness.kernels.spec import KernelSpec, SpecError, load_spec
+from harness.kernels.spec_ptx import check_ptx
 
 _GEMM_NAME = re.compile(r"gemm_tile_(\d+)x(\d+)x(\d+)")
 
@@ -27,7 +27,7 @@ class UnknownKernelError(EvoError):
 
 def suite_dir() -> Path:
     """The folder holding the suite's .ptx and .toml files."""
-    return Path(__file__).resolve().parent / "kernels"
+    return Path(__file__).resolve().parent
 
 
 def gemm_tiles() -> list[str]:

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness import record
-from harness.cheats import CheatError, _after, _after_guard, _before, _find, _regs, _relu, _sub
-from harness.spec import BufferParam, KernelSpec
+from cheats import CheatError, _after, _after_guard, _before, _find, _regs, _relu, _sub
+from harness.kernels.spec import BufferParam, KernelSpec
 
 __all__ = ["STATIC", "WORKS", "REUSE_CHEATS", "REUSE_LEGIT", "ReuseCheat", "SLOTS", "TAIL", "CheatError",
            "with_tail"]
@@ -69,7 +69,7 @@ class ReuseCheat:
 
     def spec(self) -> KernelSpec:
         """The spec it is measured on: the suite's, lengthened by ``tail``."""
-        from harness.suite import find_kernel
+        from harness.kernels.suite import find_kernel
 
         spec = find_kernel(self.kernel)
         return with_tail(spec, self.tail) if self.tail else spec
@@ -85,11 +85,11 @@ def with_tail(spec: KernelSpec, extra: int = 1024) -> KernelSpec:
 
 # ---------------------------------------------------------------------- editing helpers
 
-_MORE = "\t.reg .b64 \t%mrd<4>;\n"  # beside harness.cheats' scratch registers
+_MORE = "\t.reg .b64 \t%mrd<4>;\n"  # beside cheats' scratch registers
 
 
 def _decl(ptx: str) -> str:
-    """Scratch registers: harness.cheats' (%chp, %chr, %chd, %chf) and %mrd0..3."""
+    """Scratch registers: cheats' (%chp, %chr, %chd, %chf) and %mrd0..3."""
     return _sub(_regs(ptx), r"(\.entry[^{]*\{\n)", lambda m: m.group(1) + _MORE)
 
 

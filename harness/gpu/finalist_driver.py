@@ -1,9 +1,9 @@
-"""Launch one cubin once, for compute-sanitizer: ``harness.finalist`` runs it as
+"""Launch one cubin once, for compute-sanitizer: ``harness.gpu.finalist`` runs it as
 
-    compute-sanitizer --tool memcheck python3 -m harness.finalist_driver CUBIN SPEC.toml \\
+    compute-sanitizer --tool memcheck python3 -m harness.gpu.finalist_driver CUBIN SPEC.toml \\
         [--launch '{"grid": [...], "block": [...]}'] [--seed N] [--out outputs.npz]
 
-It loads the cubin with CuPy, fills the inputs with ``harness.input_sets.make_inputs(spec, seed)``
+It loads the cubin with CuPy, fills the inputs with ``harness.gpu.input_sets.make_inputs(spec, seed)``
 (outputs with the gate's poison), gives every buffer its own ``cudaMalloc`` of exactly its
 size (no canaries, no shared arena: memcheck only sees an access as out of bounds when it
 leaves every allocation), launches once with the spec's grid and block or ``--launch``'s,
@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from harness.finalist import DRIVER_OK
+from harness.gpu.finalist import DRIVER_OK
 
 _PREFIX = "evo-finalist-driver:"
 
@@ -39,8 +39,8 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
         out: str | None) -> int:
     """Load, fill, launch once, synchronize; see the module docstring for the exit codes."""
     from genomes.launch import Launch
-    from harness import gate, input_sets
-    from harness.spec import load_spec
+    from harness.gpu import gate, input_sets
+    from harness.kernels.spec import load_spec
 
     try:
         spec = load_spec(spec_path)
@@ -85,7 +85,7 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m harness.finalist_driver",
+    parser = argparse.ArgumentParser(prog="python3 -m harness.gpu.finalist_driver",
                                      description="Launch one cubin once (for compute-sanitizer).")
     parser.add_argument("cubin")
     parser.add_argument("spec", help="the kernel's spec (.toml)")

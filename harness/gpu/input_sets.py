@@ -5,7 +5,7 @@
 * A negative seed, ``stress_seed(s)``, gives *stress* inputs instead: seed ``s``'s fills
   with heavy tails and large magnitudes mixed in (``stress_inputs``), so that an
   approximation valid only over the normal fills' range (a clamp, a softmax without its
-  max subtraction) is seen; ``harness.gate.compare(stress=True)`` judges them norm-wise.
+  max subtraction) is seen; ``harness.gpu.gate.compare(stress=True)`` judges them norm-wise.
 * ``seed + OTHER_INPUTS``: the set unlike ``seed``'s in every element (``other_inputs``),
   which timed launches alternate with (``timing_seeds``).
 * ``reference_outputs``: the spec's NumPy reference on a set, where it names one.
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from harness import encodings
-from harness.spec import KernelSpec, is_int_dtype, numpy_dtype
+from harness.dtypes import encodings
+from harness.kernels.spec import KernelSpec, is_int_dtype, numpy_dtype
 
 STRESS_FRACTION = 1 / 8
 """Share of a stress input buffer's elements scaled up (``stress_inputs``)."""

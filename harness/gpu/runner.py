@@ -1,4 +1,4 @@
-"""The GPU side of measurement: runs inside the worker process that ``harness.worker`` starts.
+"""The GPU side of measurement: runs inside the worker process that ``harness.gpu.worker`` starts.
 
 ``serve(conn, device_id)`` owns one CUDA context (through CuPy, imported here only) and
 answers ``MeasureRequest``s with ``Measurement``s. For each request:
@@ -12,13 +12,13 @@ answers ``MeasureRequest``s with ``Measurement``s. For each request:
    seed instead of the poison: a variant that skips its work when it finds its outputs
    written keeps a wrong answer. Before each checked launch every byte of the arena outside
    the buffers is set to the canary byte, and checked after it (``guard_ranges``).
-2. **Timing** (``harness.gpu_timing``): ``clock64`` specs launch the instrumented cubin
+2. **Timing** (``harness.gpu.timing``): ``clock64`` specs launch the instrumented cubin
    in batches, each launch writing its own slice of one clock buffer; ``events`` specs
    replay a captured CUDA graph between two events and convert microseconds to cycles at
    the SM clock measured just before and after. Timed launches alternate between two input
    sets (clock64: outputs restored before each launch) and the buffers timed are judged
    afterwards (``check_sets``): they must do the work. Events specs are then timed on
-   outputs wiped before each launch and on kept ones (``harness.reuse_probe``): a variant
+   outputs wiped before each launch and on kept ones (``harness.gpu.reuse_probe``): a variant
    fast only where its outputs hold its last answer is ``result reuse``.
 3. **Once more after timing**, on the stress inputs of the first check seed
    (``input_sets.stress_seed``: heavy tails, large magnitudes, compared norm-wise). After timing,
@@ -38,7 +38,7 @@ lay (their L2 slices), each figure reproduced to a cycle by a fresh process allo
 the same way. So every kernel's buffers are laid out from the same offset of one arena
 (``BUFFER_ALIGN``-aligned, each ``CANARY_BYTES`` longer; one kernel uses it at a time and
 every launch uploads all its buffers first): placement does not depend on what ran before.
-The arena is lent by ``harness.arena``'s keeper process, so that a worker restarted after
+The arena is lent by ``harness.gpu.arena``'s keeper process, so that a worker restarted after
 a crash maps the very same physical memory: with arenas of their own, successive fresh
 workers landed in other places (0.24 % apart on an H100, 2.4 % on an H200).
 ``notes["placement"]`` says which arena a figure was measured in.
@@ -54,12 +54,13 @@ from collections import OrderedDict
 
 import numpy as np
 
-from harness import gate, gpu_timing, input_sets, record, reuse_probe
+from harness.gpu import gate, timing as gpu_timing, input_sets, reuse_probe
+from harness import record
 from harness.phases import Phases, no_phases
-from harness.spec import is_int_dtype
-from harness.arena import ARENA_BYTES
-from harness.estimate import summarize
-from harness.gpu_timing import STICKY_MARKERS, TimingFailed
+from harness.kernels.spec import is_int_dtype
+from harness.gpu.arena import ARENA_BYTES
+from harness.gpu.estimate import summarize
+from harness.gpu.timing import STICKY_MARKERS, TimingFailed
 from harness.record import Measurement
 
 BASELINE_FAILED = "baseline failed"
@@ -158,13 +159,13 @@ class Runner:
         self.copy_rates: dict = {}  # gpu_timing.copy_gbps's figures, by (bytes, caches)
         self._buffer_sets: OrderedDict = OrderedDict()  # timing's sets of the buffers
         self._l2_flush = None  # cold clock64 timing's flush buffer (2x the L2), made once
-        self._scratch = None  # harness.reuse_probe's decoy target, the largest asked
+        self._scratch = None  # harness.gpu.reuse_probe's decoy target, the largest asked
         gpu_timing.spin_up(self)
 
     # -------------------------------------------------------------- plumbing
 
     def _open_arena(self, handle: bytes | None):
-        """(arena, where it comes from): the keeper's memory when lent (``harness.arena``:
+        """(arena, where it comes from): the keeper's memory when lent (``harness.gpu.arena``:
         the same physical memory after a restart), else an allocation of our own, made
         first thing so that it lands in the same place as often as possible."""
         cp, why = self.cp, "no arena keeper"
@@ -228,7 +229,7 @@ class Runner:
         on the GPU: the ranges span most of the arena), else None."""
         if gate.array_module(self._arena) is np:  # a host arena (tests): the array code
             return self._changed_guard_reason(guards)
-        from harness.gate_device import flag_ne, new_flag
+        from harness.gpu.gate_device import flag_ne, new_flag
 
         # One pass over 8-byte words (the ranges span most of the arena), the ends that are
         # not whole words byte by byte, every range into one flag read back once; the

@@ -1,6 +1,6 @@
 """How the GPU worker times a variant that passed the correctness gate.
 
-Runs in the worker process with its ``harness.gpu_runner.Runner`` (CUDA context, arena,
+Runs in the worker process with its ``harness.gpu.runner.Runner`` (CUDA context, arena,
 loaded modules, input images):
 
 * ``time_clock64``: single-block specs. The clock64-instrumented cubin runs in batches: an
@@ -18,7 +18,7 @@ loaded modules, input images):
   K back-to-back launches replayed between two events; microseconds become cycles at the
   SM clock measured (``sm_mhz``) just before and after.
 
-Both stop by the request's rule (``harness.estimate.precise_enough``). A variant that
+Both stop by the request's rule (``harness.gpu.estimate.precise_enough``). A variant that
 cannot be timed raises ``TimingFailed`` with the reason.
 
 The result-reuse hole (a variant that remembered its last input, or found its outputs
@@ -28,7 +28,7 @@ outputs and inouts are restored (poison, input) before every timed launch, and t
 timed are judged against the baseline afterwards (``Runner.check_sets``), in both modes.
 Within an events graph launches still repeat one input on the outputs the launch before
 left: what closes reuse there is the static check (``harness.hidden_state``), the arena
-guard and the pre-filled check launch (``harness.gpu_runner``). Giving every launch an
+guard and the pre-filled check launch (``harness.gpu.runner``). Giving every launch an
 input of its own cost the figures their precision on an H200 (the notes at ``batch`` and
 ``time_events``).
 
@@ -50,8 +50,8 @@ import functools
 
 import numpy as np
 
-from harness import input_sets, instrument
-from harness.estimate import precise_enough
+from harness.gpu import input_sets, instrument
+from harness.gpu.estimate import precise_enough
 
 TIMING_FAILED = "timing failed"
 """Reason prefix when a variant passed the gate but could not be timed (e.g. no clock words)."""
@@ -181,7 +181,7 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
     """Cycles of each launch of the instrumented cubin, read from its clock words.
 
     ``before_batch()``, where given, runs before each batch's upload (a diagnostic:
-    ``harness.clock_states`` uses it to see what moves the GPU between states)."""
+    ``harness.tools.clock_states`` uses it to see what moves the GPU between states)."""
     spec = request.spec
     if request.clock_cubin is None:
         raise TimingFailed(f"{TIMING_FAILED}: spec {spec.name} times with clock64 but the "
@@ -336,7 +336,7 @@ def time_events(runner, request) -> tuple[list[float], dict]:
     # With an inout buffer each launch starts from the last one's result (a residual added in
     # place), so neither it nor the outputs computed from it hold one launch's answer: all
     # judged by their canaries here, and on one launch from restored inouts by the reuse
-    # probe after timing (harness.reuse_probe). A captured decoder's fused residual + RMSNorm
+    # probe after timing (harness.gpu.reuse_probe). A captured decoder's fused residual + RMSNorm
     # failed as its own baseline when only the inout was spared (H200, session 13).
     inouts = any(p.role == "inout" for p in spec.buffers())
     spared = frozenset(p.name for p in spec.outputs()) if inouts else frozenset()

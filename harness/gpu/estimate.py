@@ -1,7 +1,7 @@
 """How a variant's timing samples become one cycle figure, and when to stop taking them.
 
-Applied in the GPU worker (``harness.gpu_timing`` asks ``precise_enough`` after each batch;
-``harness.gpu_runner`` records ``summarize``). Plain NumPy: tested on the CPU.
+Applied in the GPU worker (``harness.gpu.timing`` asks ``precise_enough`` after each batch;
+``harness.gpu.runner`` records ``summarize``). Plain NumPy: tested on the CPU.
 """
 
 from __future__ import annotations

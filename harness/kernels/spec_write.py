@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.spec import _FILL_KEYS, BufferParam, KernelSpec, Param
+from harness.kernels.spec import _FILL_KEYS, BufferParam, KernelSpec, Param
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
@@ -16,7 +16,7 @@ _ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f
 
 
 def param_table(param: Param) -> dict:
-    """One param as its ``[[params]]`` table (what ``harness.spec.read_param`` reads back)."""
+    """One param as its ``[[params]]`` table (what ``harness.kernels.spec.read_param`` reads back)."""
     if not isinstance(param, BufferParam):
         return {"name": param.name, "kind": "scalar", "dtype": param.dtype, "value": param.value}
     table = {"name": param.name, "kind": "buffer", "dtype": param.dtype, "count": param.count,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.spec import DTYPE_BITS, BufferParam, KernelSpec, SpecError, _suggest
+from harness.kernels.spec import DTYPE_BITS, BufferParam, KernelSpec, SpecError, _suggest
 
 _PTX_SCALAR_DTYPES = {"u32": "u32", "s32": "i32", "b32": "u32", "f32": "f32", "f64": "f64", "s64": "i64",
                       "u8": "u8", "b8": "u8", "s8": "i8", "f16": "f16", "b16": "f16"}
@@ -192,7 +192,7 @@ def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None 
     """
     entries = ptx_entries(ptx_text)
     entry = choose_entry(entries, entry, "--entry")
-    from harness.ptx_index import index_guard
+    from harness.kernels.ptx_index import index_guard
 
     try:
         uses = pointer_uses(ptx_text, entry)
@@ -280,7 +280,7 @@ def file_lines(spec: KernelSpec) -> dict[int, int]:
     file's own). Lines are matched in order, whitespace aside; a line found nowhere after
     the last match is left out."""
     from genomes.ptx import only_entry
-    from harness.spec import read_ptx
+    from harness.kernels.spec import read_ptx
 
     if spec.ptx_path is None:
         return {}

@@ -1,9 +1,9 @@
 """End-to-end evaluation throughput: how many unique candidates per second evo gets through.
 
-    python -m harness.bench_throughput --seconds 60 --backend gpu [--gpus 0,1] [--out bench.json]
-    python -m harness.bench_throughput --seconds 60 --backend gpu --cluster local
-    python -m harness.bench_throughput --seconds 5 --backend static     # CPU smoke test
-    python -m harness.bench_throughput --seconds 20 --per-kernel \
+    python -m harness.tools.bench_throughput --seconds 60 --backend gpu [--gpus 0,1] [--out bench.json]
+    python -m harness.tools.bench_throughput --seconds 60 --backend gpu --cluster local
+    python -m harness.tools.bench_throughput --seconds 5 --backend static     # CPU smoke test
+    python -m harness.tools.bench_throughput --seconds 20 --per-kernel \
         --kernels gemm_tile_4x6x8,relu,relu@4M,relu@16M,relu_dram,softmax   # by kernel size
 
 Random genomes (seeded, ``genomes.variation.random_genome``) over the 64 gemm_tile kernels
@@ -45,7 +45,7 @@ from harness.backends import BACKENDS, make_backend
 from harness.backends.cluster import COMPILE_ON
 from harness.evaluate import Evaluator
 from harness.store import Store
-from harness.suite import find_kernel, gemm_tiles
+from harness.kernels.suite import find_kernel, gemm_tiles
 
 STATIC_TAG = "static estimate, not measured"
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -210,7 +210,7 @@ def format_table(per_kernel: dict[str, dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench_throughput", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.tools.bench_throughput", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--backend", default="auto", choices=[b for b in BACKENDS if b != "replay"])

@@ -1,6 +1,6 @@
 """Finalists checked harder: what a kernel's best variant must also pass before it is kept.
 
-The correctness gate (``harness.gate``, run by the GPU worker) compares outputs. Some
+The correctness gate (``harness.gpu.gate``, run by the GPU worker) compares outputs. Some
 defects leave the outputs right and so pass it: a read past the end of a buffer (canaries
 see writes, not reads), a shared-memory race that did not fire on the checked launches, a
 ``.nc`` load of a buffer the kernel writes (undefined behaviour that happens to work), a
@@ -10,7 +10,7 @@ result that changes from run to run. ``check_finalist(spec, ptx, launch)`` runs 
 1. **static**: no ``ld.global.nc`` from a pointer param the kernel also stores through
    (``unsafe_nc_loads``; the ``cache_ld`` transform never makes one, an LLM patch may);
 2. **memcheck**: ``compute-sanitizer --tool memcheck`` around one launch by
-   ``harness.finalist_driver``, which gives every buffer its own exact-size ``cudaMalloc``
+   ``harness.gpu.finalist_driver``, which gives every buffer its own exact-size ``cudaMalloc``
    (the worker's one arena would hide out-of-bounds accesses from memcheck) and
    ``--padding`` keeps neighbouring allocations apart;
 3. **racecheck**: the same under ``--tool racecheck`` (skipped when the kernel uses no
@@ -57,7 +57,7 @@ PRINT_LIMIT = 100  # errors printed: every API error of a clean run, so that all
 DRIVER_OK = "evo-finalist-driver: ok"
 """The line the driver prints after a launch that synchronized without a CUDA error."""
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -201,7 +201,7 @@ def _driver_error(text: str) -> str:
 
 
 def _driver_cmd(cubin: Path, spec, launch, seed: int, out: Path | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "harness.finalist_driver", str(cubin), str(spec.spec_path),
+    cmd = [sys.executable, "-m", "harness.gpu.finalist_driver", str(cubin), str(spec.spec_path),
            "--seed", str(seed)]
     if launch is not None:
         cmd += ["--launch", json.dumps(launch.to_json())]

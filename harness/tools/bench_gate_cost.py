@@ -6,8 +6,8 @@ baseline outputs, not verdicts) and prints, per kernel, the median wall seconds 
 measurement in the worker, the median figure and the spread of the figures. Run it with
 two versions of the harness on one machine to see what a change to the gate costs:
 
-    python3 -m harness.bench_gate_cost gemm_tile_4x6x8 relu softmax --repeats 5
-    CUPY_CACHE_DIR=$(mktemp -d) python3 -m harness.bench_gate_cost gelu --profile-first
+    python3 -m harness.tools.bench_gate_cost gemm_tile_4x6x8 relu softmax --repeats 5
+    CUPY_CACHE_DIR=$(mktemp -d) python3 -m harness.tools.bench_gate_cost gelu --profile-first
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import statistics
 
 def main(argv=None) -> None:
     from harness.compile import compile_ptx
-    from harness.instrument import instrument
-    from harness.suite import find_kernel
-    from harness.worker import GpuWorker, MeasureRequest
+    from harness.gpu.instrument import instrument
+    from harness.kernels.suite import find_kernel
+    from harness.gpu.worker import GpuWorker, MeasureRequest
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kernels", nargs="+")
@@ -66,10 +66,10 @@ def _profile_first(kernels: list[str]) -> None:
     import time
 
     from harness.compile import compile_ptx
-    from harness.gpu_runner import Runner
-    from harness.instrument import instrument
-    from harness.suite import find_kernel
-    from harness.worker import MeasureRequest
+    from harness.gpu.runner import Runner
+    from harness.gpu.instrument import instrument
+    from harness.kernels.suite import find_kernel
+    from harness.gpu.worker import MeasureRequest
 
     runner = Runner(0)
     for name in kernels:

@@ -71,7 +71,7 @@ class ArenaKeeper:
         self._handles: list[bytes] = []  # every arena so far, in allocation order
         self._lent: set[int] = set()  # indexes into _handles
         self.error = ""  # why the keeper cannot lend (then lend() returns None)
-        from harness import spawn
+        from harness.gpu import spawn
 
         ctx = spawn.context()
         self._conn, child = ctx.Pipe()

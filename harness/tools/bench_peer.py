@@ -1,9 +1,9 @@
 """A kernel, its evolved variant and what a user would run instead, timed the same way.
 
-    python -m harness.bench_peer --kernel relu --genome 'coarsen(k=4)' [--kernel gelu ...]
-    python -m harness.bench_peer --run runs/NAME        # every kernel's best of a run
+    python -m harness.tools.bench_peer --kernel relu --genome 'coarsen(k=4)' [--kernel gelu ...]
+    python -m harness.tools.bench_peer --run runs/NAME        # every kernel's best of a run
 
-For each kernel (a suite name or spec path) with a ``peer`` (``harness.peers``):
+For each kernel (a suite name or spec path) with a ``peer`` (``harness.kernels.peers``):
 
 * the baseline and the variant through the full pipeline on the GPU (correctness gate,
   then CUDA events around a captured graph of back-to-back launches: ``us_per_launch``);
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from genomes.errors import EvoError
 from genomes.genome import Genome, load_genome
-from harness.peers import time_graph_us, time_peer
+from harness.kernels.peers import time_graph_us, time_peer
 
 
 def copy_bandwidth_gbs(torch, nbytes: int = 1 << 30) -> float:
@@ -44,7 +44,7 @@ def run(cases: list[tuple[str, Genome]], gpu: int = 0) -> dict:
 
     from harness.backends.gpu import GpuBackend
     from harness.evaluate import Evaluator
-    from harness.suite import find_kernel
+    from harness.kernels.suite import find_kernel
 
     torch.cuda.set_device(gpu)
     copy = copy_bandwidth_gbs(torch)
@@ -116,7 +116,7 @@ def _cases_from_run(path: Path) -> list[tuple[str, Genome]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench_peer",
+    parser = argparse.ArgumentParser(prog="python -m harness.tools.bench_peer",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--kernel", action="append", default=[],
                         help="a kernel (suite name or spec); repeat for several")

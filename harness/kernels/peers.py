@@ -5,12 +5,12 @@ A peer function takes the kernel's inputs as a dict of torch tensors on the GPU 
 shaped flat as the spec gives them) and Python numbers (scalars), by param name, and
 returns the output the kernel writes (the spec's first output buffer), flat. It must do
 the whole job in torch's ordinary way, as a user would write it: that is the bar evo's
-best variant is compared with ("vs peer" in ``harness.bench_peer`` and in a GPU run's
+best variant is compared with ("vs peer" in ``harness.tools.bench_peer`` and in a GPU run's
 report.md, ``evo.run``).
 
 ``time_peer`` times a peer the way the harness's events timer times a kernel: a CUDA graph
 of back-to-back calls replayed between events, with the spec's caches (cold: the calls
-rotate among copies of the inputs, as ``harness.gpu_timing`` does for kernels). torch is
+rotate among copies of the inputs, as ``harness.gpu.timing`` does for kernels). torch is
 imported by the caller; nothing here runs without it.
 """
 
@@ -66,8 +66,8 @@ def time_graph_us(calls, torch) -> float:
 def time_peer(spec, torch, seed: int = 5) -> dict:
     """The peer's µs per call on the spec's inputs (timed as above), and whether its output
     agrees with the spec's NumPy reference (None where the spec has none)."""
-    from harness.input_sets import make_inputs, reference_outputs
-    from harness.gpu_timing import caches_note, cold_copies, set_bytes
+    from harness.gpu.input_sets import make_inputs, reference_outputs
+    from harness.gpu.timing import caches_note, cold_copies, set_bytes
 
     inputs = make_inputs(spec, seed)
     tensors = {p.name: (torch.from_numpy(np.ascontiguousarray(inputs[p.name])).cuda()

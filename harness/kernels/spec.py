@@ -12,7 +12,7 @@ Defaults: name = file stem, entry = name, ptx = "<stem>.ptx", shared_mem = 0,
 timing = "clock64" for a one-block grid else "events", caches = "warm", tolerance 1e-5 / 1e-5.
 caches: "warm" times launches back to back on the same buffers (data the L2 holds stays
 there, as in a loop over one batch); "cold" makes every timed launch read its inputs from
-DRAM (``harness.gpu_timing``: buffers rotated among copies larger than the L2, or the L2
+DRAM (``harness.gpu.timing``: buffers rotated among copies larger than the L2, or the L2
 flushed), as a kernel meets data another kernel just evicted.
 Buffer fills: normal (mean 0, std 1), uniform [low, high) (0, 1), int [low, high)
 (high required, exclusive as in NumPy), const (value). `fill` is ignored for role "out".
@@ -34,7 +34,7 @@ from genomes.errors import EvoError
 from genomes.ptx import only_entry
 
 # bf16 and fp8 (e4m3, e5m2) have no NumPy type: their buffers are kept as their bits (uint16,
-# uint8), converted by harness.encodings.
+# uint8), converted by harness.dtypes.encodings.
 DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "uint16", "f8e4m3": "uint8",
           "f8e5m2": "uint8", "i32": "int32", "u32": "uint32", "i64": "int64", "u64": "uint64", "i8": "int8",
           "u8": "uint8"}
@@ -149,7 +149,7 @@ class KernelSpec:
     caches: str = "warm"  # CACHES: how the timer treats the L2 (module docstring)
     tolerance: Tolerance = Tolerance()
     reference: str | None = None
-    peer: str | None = None  # "module:function" a user would run instead (harness.peers)
+    peer: str | None = None  # "module:function" a user would run instead (harness.kernels.peers)
     description: str = ""
     meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     spec_path: Path | None = None
@@ -178,11 +178,11 @@ class KernelSpec:
 
     def tolerance_for(self, param: BufferParam) -> Tolerance:
         """The tolerance for one output: the spec's, exact for integer dtypes, and for bf16
-        and fp8 at least their own rounding's (``harness.encodings``: bf16 has 8
+        and fp8 at least their own rounding's (``harness.dtypes.encodings``: bf16 has 8
         significant bits, e4m3 4, e5m2 3)."""
         if is_int_dtype(param.dtype):
             return Tolerance(0.0, 0.0)
-        from harness import encodings
+        from harness.dtypes import encodings
 
         encoding = encodings.of(param.dtype)
         if encoding is not None:

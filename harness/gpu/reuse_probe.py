@@ -1,6 +1,6 @@
 """Does a variant read fast only when its outputs already hold its last answer? (events timing)
 
-Events timing (``harness.gpu_timing.time_events``) replays a graph of back-to-back launches
+Events timing (``harness.gpu.timing.time_events``) replays a graph of back-to-back launches
 on one input, so each launch finds the outputs its predecessor wrote. A variant that keys a
 memo on them (a marker hidden in the outputs' rounding slack, a block that returns when its
 outputs carry it) computes on every check, where outputs start poisoned, and skips in the
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness import record
-from harness.gpu_timing import elapsed_us, replayable
+from harness.gpu.timing import elapsed_us, replayable
 
 LAUNCHES = 16  # launches in each probe graph, at most; at least 4
 GRAPH_US = 250  # fewer launches for a long kernel: a graph replay of about this long

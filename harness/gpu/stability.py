@@ -7,7 +7,7 @@ spread and where its buffers lay, plus the spread across workers. A fitness diff
 smaller than that spread is noise.
 
 With ``keep_arena`` (the default, as in every evo run) the workers measure in the arena lent
-by ``harness.arena``'s keeper, so buffer placement is the same in all of them; without it
+by ``harness.gpu.arena``'s keeper, so buffer placement is the same in all of them; without it
 each worker allocates its own, which shows how much placement alone moves the figure
 (2.4 % between fresh processes on an H200).
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from genomes.genome import Genome, apply_genome
 from harness.compile import compile_ptx
 from harness.record import Measurement
-from harness.spec import KernelSpec
+from harness.kernels.spec import KernelSpec
 
 
 @dataclass
@@ -65,13 +65,13 @@ def measure_stability(spec: KernelSpec, genome: Genome, workers: int = 5, repeat
 
     The inputs (check and timing seeds) are the same every time, so only the process and
     the moment differ. After each measurement the GPU's clocks and power state are read
-    (``harness.gpu_clocks``) into its notes (``gpu_clocks``), to see what moved with the
+    (``harness.gpu.clocks``) into its notes (``gpu_clocks``), to see what moved with the
     figure. ``worker_factory(device, keep_arena)`` replaces ``GpuWorker`` and
     ``clock_reader(device)`` replaces ``read_clocks`` (tests).
     """
-    from harness.gpu_clocks import read_clocks
-    from harness.instrument import instrument
-    from harness.worker import GpuWorker, MeasureRequest
+    from harness.gpu.clocks import read_clocks
+    from harness.gpu.instrument import instrument
+    from harness.gpu.worker import GpuWorker, MeasureRequest
 
     base_ptx = spec.ptx_text()
     ptx = apply_genome(base_ptx, genome).ptx if genome.genes else base_ptx

@@ -1,6 +1,6 @@
 """One Nsight Compute pass over a variant: throughput, hit rates, occupancy, top stalls.
 
-    python -m harness.ncu SPEC CUBIN [--grid X,Y,Z --block X,Y,Z]   # the profiled launch
+    python -m harness.gpu.ncu SPEC CUBIN [--grid X,Y,Z --block X,Y,Z]   # the profiled launch
 
 ``profile(spec, ptx, launch)`` assembles the variant, and runs ``ncu`` on a child Python
 that launches it once on seed-0 inputs (this module's ``main``), asking for the metrics in
@@ -64,12 +64,12 @@ def profile(spec, ptx: str, launch=None, timeout: float = 180.0) -> dict:
         cmd = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--launch-count", "1",
                "--kernel-name", spec.entry,
                "--metrics", ",".join([*METRICS, f"regex:{STALL_PREFIX}.*{STALL_SUFFIX}"]),
-               sys.executable, "-m", "harness.ncu", str(spec.spec_path), str(cubin),
+               sys.executable, "-m", "harness.gpu.ncu", str(spec.spec_path), str(cubin),
                "--grid", ",".join(map(str, launch.grid)),
                "--block", ",".join(map(str, launch.block))]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                  cwd=str(Path(__file__).resolve().parents[1]))
+                                  cwd=str(Path(__file__).resolve().parents[2]))
         except subprocess.TimeoutExpired:
             return {"error": f"ncu did not finish in {timeout:g} s"}
     return parse_raw_csv(done.stdout, done.stderr, done.returncode)
@@ -109,10 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     """The profiled process: launch the cubin once on the spec's seed-0 inputs."""
     import cupy
 
-    from harness.input_sets import make_inputs
-    from harness.spec import load_spec
+    from harness.gpu.input_sets import make_inputs
+    from harness.kernels.spec import load_spec
 
-    parser = argparse.ArgumentParser(prog="python -m harness.ncu", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.gpu.ncu", description=__doc__)
     parser.add_argument("spec", type=Path)
     parser.add_argument("cubin", type=Path)
     parser.add_argument("--grid", default="")

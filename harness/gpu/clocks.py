@@ -3,7 +3,7 @@
 A diagnostic beside cycle counts: on an H200 the same cubin read 1333 or 1337 cycles from
 one measurement to the next after a light minute, and held within 0.04 % after a busy one
 (BENCHMARKS.md, Precision). If a memory clock or power state is what moves, it shows here.
-Read by ``evo stability`` after every measurement and by ``harness.clock_states``.
+Read by ``evo stability`` after every measurement and by ``harness.tools.clock_states``.
 """
 
 from __future__ import annotations

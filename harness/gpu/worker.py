@@ -3,7 +3,7 @@
 A kernel variant can hang its GPU (an infinite loop) or poison its CUDA context for good
 (an illegal or misaligned address: every later CUDA call in that process fails with the
 same error; DESIGN.md, "Facts measured on an H200"). So the GPU is driven from a child
-process, ``harness.gpu_runner.serve``, started with ``multiprocessing``'s *spawn* method
+process, ``harness.gpu.runner.serve``, started with ``multiprocessing``'s *spawn* method
 (a fork would copy the parent's threads and any CUDA state into the child).
 
 ``GpuWorker.measure(request)`` sends one ``MeasureRequest`` over a pipe and waits up to
@@ -38,10 +38,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from genomes.errors import RuntimeFailure
-from harness import input_sets, record, spawn
+from harness.gpu import input_sets, spawn
+from harness import record
 from harness.record import Measurement
 from genomes.launch import Launch
-from harness.spec import KernelSpec
+from harness.kernels.spec import KernelSpec
 
 MIN_CHECK_SEEDS = 5
 """Fewest fresh input sets a variant must pass: one lucky input set proves little."""
@@ -57,13 +58,13 @@ class MeasureRequest:
 
     ``cubin`` is the variant, ``baseline_cubin`` the unmodified kernel (its outputs are the
     reference the variant must match), ``clock_cubin`` the variant instrumented with
-    ``harness.instrument.instrument`` (needed when ``spec.timing == "clock64"``).
+    ``harness.gpu.instrument.instrument`` (needed when ``spec.timing == "clock64"``).
     Correctness runs on every seed of ``check_seeds``; timing uses ``timing_seed``'s inputs.
     Timing stops once the standard error of the reported cycles (``estimate.central``, a
     smoothed median) is under ``target_rel_sem`` of them (after at least ``min_reps`` samples) or
     after ``max_reps`` samples.
     ``clock_cubin`` may be ``cubin`` itself holding the instrumented twin as entry
-    ``clock_entry`` (``harness.instrument.with_clock_twin``).
+    ``clock_entry`` (``harness.gpu.instrument.with_clock_twin``).
     ``launch`` is the variant's grid and block when its genome changed them.
     ``check_reference=True`` also compares the baseline with the spec's NumPy reference
     (to validate the suite itself). ``baseline_cycles`` enables the ">10x speedup" flag.
@@ -118,7 +119,7 @@ def _rebuild_request(values: dict) -> MeasureRequest:
 
 def _serve_gpu(conn, device_id: int, arena_handle: bytes | None = None) -> None:
     """The default child entry point; imports CuPy only inside the child."""
-    from harness.gpu_runner import serve
+    from harness.gpu.runner import serve
 
     serve(conn, device_id, arena_handle)
 
@@ -150,7 +151,7 @@ class GpuWorker:
         self._started = 0
         self._judged: set[tuple] = set()  # dtypes the current child has judged on the GPU
         # The arena this worker's children measure in, lent once and kept across restarts
-        # (harness.arena), passed as the child's third argument; by default only the real
+        # (harness.gpu.arena), passed as the child's third argument; by default only the real
         # GPU child takes one.
         self._lends_arena = target is None if lend_arena is None else lend_arena
         self._arena: bytes | None = None
@@ -202,7 +203,7 @@ class GpuWorker:
         """This worker's arena handle, lent on first use; None (the child then allocates
         its own and says so in its placement notes) when no keeper can lend one."""
         if self._keeper is None:
-            from harness import arena
+            from harness.gpu import arena
 
             try:
                 self._keeper = arena.keeper(self.device_id)
@@ -271,7 +272,7 @@ class GpuWorker:
     def _cold_gate_s(self, spec) -> float:
         """``COLD_GATE_S`` for the first request of the child to judge these dtypes on the
         GPU, else 0."""
-        from harness.gpu_runner import DEVICE_CHECK_BYTES
+        from harness.gpu.runner import DEVICE_CHECK_BYTES
 
         if sum(p.nbytes for p in spec.buffers()) < DEVICE_CHECK_BYTES:
             return 0.0

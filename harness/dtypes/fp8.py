@@ -1,7 +1,7 @@
 """fp8 buffers (e4m3 and e5m2, as PyTorch's float8_e4m3fn and float8_e5m2), kept as bits.
 
 NumPy and CuPy have no 8-bit float, so an ``f8e4m3`` or ``f8e5m2`` buffer lives as
-``uint8`` bits, as ``bf16`` lives as uint16 (``harness.bf16``; ``harness.encodings`` says
+``uint8`` bits, as ``bf16`` lives as uint16 (``harness.dtypes.bf16``; ``harness.dtypes.encodings`` says
 which dtypes are kept so). Converting is by table: each of the 256 bit patterns has one
 value, and rounding a float to the nearest pattern is a search among the finite values
 (ties to the even pattern, as PTX's ``cvt.rn`` and torch do). Overflow is what torch's
@@ -19,7 +19,7 @@ import numpy as np
 
 
 class Fp8Format:
-    """One fp8 format: its bits' values and the conversions ``harness.encodings`` needs."""
+    """One fp8 format: its bits' values and the conversions ``harness.dtypes.encodings`` needs."""
 
     def __init__(self, name: str, exponent_bits: int, significand_bits: int, ieee: bool):
         self.name = name
@@ -85,7 +85,7 @@ class Fp8Format:
 
     def c_value(self) -> str:
         """C for ``evo_val(v)``: an element (its uint8 bits) as a double, for
-        ``harness.gate_device``'s kernels."""
+        ``harness.gpu.gate_device``'s kernels."""
         e_mask, m_bits = (1 << self.exponent_bits) - 1, self.significand_bits
         m_mask = (1 << m_bits) - 1
         special = (f"if (e == {e_mask}) x = m ? nan(\"\") : (double)__int_as_float(0x7f800000); else "
@@ -101,7 +101,7 @@ class Fp8Format:
 
 
 def _xp(array):
-    from harness.gate import array_module
+    from harness.gpu.gate import array_module
 
     return array_module(array)
 

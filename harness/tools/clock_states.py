@@ -1,15 +1,15 @@
 """How steady is one cubin's clock64 figure within one process, over time, and what moves it?
 
-    python -m harness.clock_states [--kernel gemm_tile_4x6x8] [--measurements 20] [--out states.json]
+    python -m harness.tools.clock_states [--kernel gemm_tile_4x6x8] [--measurements 20] [--out states.json]
 
-One CUDA context (``harness.gpu_runner.Runner``, an arena of its own), the kernel's
+One CUDA context (``harness.gpu.runner.Runner``, an arena of its own), the kernel's
 baseline and its clock64 twin assembled once, then ``--measurements`` timings of 320
 launches under each of four conditions: back to back; 200 ms apart; with the correctness
 gate run before each timing (as in a worker's request); and with one checked launch of the
 baseline (another seed's upload, launch, readback) before every batch of the timing. Each
-timing is reported as evo reports it (``harness.estimate.central``), with the SM clock
+timing is reported as evo reports it (``harness.gpu.estimate.central``), with the SM clock
 measured just before and after it, and nvidia-smi's clocks before and after each
-condition (``harness.gpu_clocks``; not per measurement: a query takes tens of
+condition (``harness.gpu.clocks``; not per measurement: a query takes tens of
 milliseconds). Prints every figure and the spread per condition; ``--out`` keeps every
 batch median. Compare with ``evo stability``, which starts a fresh worker process for each
 figure: what moves there but not here comes with the process or the GPU's state when it
@@ -29,17 +29,17 @@ CONDITIONS = (
 
 
 def main(argv=None) -> int:
-    from harness import gpu_timing
+    from harness.gpu import timing as gpu_timing
     from harness.backends import gpu_visible
     from harness.compile import compile_ptx
-    from harness.gpu_clocks import read_clocks
-    from harness.gpu_runner import Runner
-    from harness.instrument import clock_entry_name, with_clock_twin
-    from harness.suite import find_kernel
-    from harness.estimate import batch_medians, central
-    from harness.worker import MeasureRequest
+    from harness.gpu.clocks import read_clocks
+    from harness.gpu.runner import Runner
+    from harness.gpu.instrument import clock_entry_name, with_clock_twin
+    from harness.kernels.suite import find_kernel
+    from harness.gpu.estimate import batch_medians, central
+    from harness.gpu.worker import MeasureRequest
 
-    ap = argparse.ArgumentParser(prog="python -m harness.clock_states",
+    ap = argparse.ArgumentParser(prog="python -m harness.tools.clock_states",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernel", default="gemm_tile_4x6x8")
     ap.add_argument("--measurements", type=int, default=20, help="per condition")
