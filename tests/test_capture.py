@@ -105,10 +105,43 @@ def test_a_kernel_that_cannot_be_a_spec_is_listed_with_the_reason(manifest, tmp_
     assert json.loads((tmp_path / capture.MANIFEST).read_text())["skipped"] == m["skipped"]
 
 
-@pytest.mark.parametrize("name, role", [("in_ptr0", "in"), ("out_ptr3", "out"),
+@pytest.mark.parametrize("name, role", [("in_ptr0", "in"), ("out_ptr3", "out"), ("arg_A", "in"),
                                         ("in_out_ptr0", "inout"), ("ws_ptr", None), ("sem_ptr", None)])
 def test_roles_come_from_inductors_argument_names(name, role):
     assert capture.role_of(name) == role
+
+
+def test_an_output_the_code_also_adds_into_is_inout(manifest, tmp_path):
+    """An embedding's backward adds atomically into a gradient an earlier kernel zeroed
+    (out_ptr0 by name): judged as an output alone, the rows no token touched read as
+    unwritten and the baseline failed. The code's atomic makes it inout."""
+    import re
+
+    first = _launches(manifest)[0]
+    store = next(line for line in first.ptx.splitlines() if re.search(r"\bst\.global", line))
+    address = re.search(r"\[([^\]]+)\]", store).group(1)
+    adds = first.ptx.replace(store, f"{store}\n\tred.global.add.u32 [{address}], 0;", 1)
+    capture.write([Launch(**{**first.__dict__, "ptx": adds})], tmp_path / "adds")
+    capture.write([first], tmp_path / "plain")
+    roles = {}
+    for name in ("plain", "adds"):
+        spec = capture.read(tmp_path / name)["kernels"][0]["kernel_spec"]
+        roles[name] = {p.name: p.role for p in spec.params if p.kind == "buffer"}
+    (written,) = [n for n, r in roles["plain"].items() if r == "out"]
+    assert roles["adds"] == roles["plain"] | {written: "inout"}
+
+
+def test_a_templates_arg_pointers_are_inputs_not_workspaces(manifest, tmp_path):
+    """max-autotune's GEMM templates name their inputs arg_A, arg_B: kernels to evolve."""
+    first = _launches(manifest)[0]
+    inputs = [a for a in first.args if a.role == "in"]
+    renamed = {a.name: f"arg_{chr(65 + i)}" for i, a in enumerate(inputs)}
+    args = tuple(Arg(**{**a.__dict__, "name": renamed[a.name], "role": capture.role_of(renamed[a.name])})
+                 if a.name in renamed else a for a in first.args)  # the role a launch records
+    m = capture.write([Launch(**{**first.__dict__, "args": args})], tmp_path)
+    assert not m["skipped"]
+    spec = capture.read(tmp_path)["kernels"][0]["kernel_spec"]
+    assert [spec.param(n).role for n in renamed.values()] == ["in"] * len(renamed)
 
 
 def test_extent_counts_what_a_strided_view_reaches():

@@ -54,6 +54,17 @@ def test_a_hook_sees_each_launch_may_run_it_twice_and_is_gone_after():
     assert hook.seen == [("k", (1, 2), 7)]  # unhooked: not seen
 
 
+def test_autotunings_benchmark_launches_pass_the_hook_untouched():
+    """max-autotune times candidate templates through the same run (benchmark_run=True):
+    not the program's launches, so a hook neither sees nor repeats them."""
+    with Twice() as hook:
+        assert Autotuner("bench").run(1, stream=3, benchmark_run=True) == "bench(1,)"
+        Autotuner("k").run(2, stream=3, benchmark_run=False)
+    assert hook.seen == [("k", (2,), 3)]
+    assert Autotuner.log == [("bench", (1,), 3, {"benchmark_run": True})] + \
+        [("k", (2,), 3, {"benchmark_run": False})] * 2
+
+
 def test_unhooking_early_leaves_inductors_own_launch():
     original = Autotuner.run
     hook = Twice()

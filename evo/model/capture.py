@@ -8,8 +8,9 @@ step and writes down, per launch: the kernel's name and its PTX (the compiled ke
 the grid (``_interpret_args_grid``, as Inductor's own launch-parameter dump computes it),
 warps and dynamic shared memory of the config autotuning chose, and every argument: a
 tensor's dtype, the elements its view can reach, its role from Inductor's argument names
-(``in_ptr``: read, ``out_ptr``: written, ``in_out_ptr``: both) and the range of values it
-held just before the launch; an int or float's value. A second call of the step runs
+(``in_ptr`` and a template's ``arg_A``: read, ``out_ptr``: written, ``in_out_ptr``: both;
+widened to both where the code reads what it writes, ``code_roles``) and the range of
+values it held just before the launch; an int or float's value. A second call of the step runs
 under ``torch.profiler`` for each kernel's share of the step's GPU time.
 
 ``write`` turns the launches into the capture folder: one spec per distinct kernel (same
@@ -42,7 +43,9 @@ FORMAT = 1  # manifest format version
 DTYPES = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "fp64": "f64", "i64": "i64", "i32": "i32",
           "i8": "i8", "u8": "u8", "i1": "u8", "u32": "u32", "u64": "u64", "fp8e4nv": "f8e4m3",
           "fp8e5": "f8e5m2"}
-ROLES = (("in_out_ptr", "inout"), ("in_ptr", "in"), ("out_ptr", "out"))  # prefix -> role
+# Inductor's argument names -> role; its template kernels (max-autotune's GEMMs) name
+# their inputs after the template's own (arg_A, arg_B)
+ROLES = (("in_out_ptr", "inout"), ("in_ptr", "in"), ("out_ptr", "out"), ("arg_", "in"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +246,26 @@ def capture(fn, *inputs, out, warmup: int = 1, profile: bool = True) -> dict:
 # ---------------------------------------------------------------------- writing (no torch)
 
 
-def _param(arg: Arg):
+def code_roles(launch: Launch) -> dict[str, str]:
+    """Each named pointer's role, widened by what the kernel's code does with it: a pointer
+    named for output that the code also reads or adds into atomically (an embedding's
+    backward scatters into a gradient an earlier kernel zeroed: its earlier content counts)
+    is inout, and so is an input the code writes. A workspace keeps no role."""
+    from harness.kernels.spec_ptx import pointer_uses, ptx_entries
+
+    entries = ptx_entries(launch.ptx)
+    entry = launch.kernel if launch.kernel in entries else next(iter(entries), None)
+    uses = pointer_uses(launch.ptx, entry) if entry else {}
+    roles = {}
+    for arg, declared in zip(launch.args, entries.get(entry, [])):
+        use = uses.get(declared.name)
+        widen = use is not None and use.role not in (None, arg.role) and arg.role in ("in", "out")
+        roles[arg.name] = "inout" if widen else arg.role
+    return roles
+
+
+def _param(arg: Arg, role: str | None = None):
+    """The spec param of a launch's argument; ``role``: the code's (``code_roles``)."""
     from evo import api
 
     if not arg.pointer:
@@ -254,10 +276,11 @@ def _param(arg: Arg):
     dtype = DTYPES.get(arg.type[1:])
     if dtype is None:
         raise EvoError(f"{arg.name} points to {arg.type[1:]}, which evo's buffers do not hold")
-    if not arg.role:
+    role = role or arg.role
+    if not role:
         raise EvoError(f"{arg.name} is a workspace (not an input or output)")
     # a view with holes leaves elements unwritten: judged whole, as inout
-    role = arg.role if arg.contiguous or arg.role == "in" else "inout"
+    role = role if arg.contiguous or role == "in" else "inout"
     if role == "out":
         return api.buffer(arg.name, dtype, arg.count, role="out")
     if arg.low is None:
@@ -312,7 +335,8 @@ def write(launches: list[Launch], out, times: dict[str, float] | None = None, to
         while name in names:  # one name, other code (a forward and a backward graph)
             name = f"{name}_{len(names)}"
         try:
-            params = [_param(a) for a in first.args]
+            roles = code_roles(first)
+            params = [_param(a, roles.get(a.name)) for a in first.args]
             spec = api.from_triton(_Compiled(first), grid=first.grid, params=params, name=name,
                                    folder=out / "kernels")
         except EvoError as err:

@@ -65,7 +65,7 @@ class ProgramCheck(LaunchHook):
         """A kernel's first launch compiles and tunes, with the program's own code, and
         only then is its launcher known: what the launch writes is kept before it, and
         the evolved code checked against its result after (not while a graph is captured)."""
-        before = None if capturing else {n: t.clone() for n, t in _written(autotuner, args).items()}
+        before = None if capturing else {n: t.clone() for n, t in self._written(autotuner, args).items()}
         result = run()
         entry = self._entry(autotuner, args)  # the evolved code is in from here
         if entry is None:
@@ -120,12 +120,22 @@ class ProgramCheck(LaunchHook):
             _set(entry[0], entry[1], entry[3])
         return entry
 
+    def _written(self, autotuner, args) -> dict:
+        """The tensors a launch writes, by argument name: so named by Inductor, or (an
+        output the code adds into, ``capture.code_roles``) so judged by the kernel's spec."""
+        from evo.model.capture import passed, role_of
+
+        spec = self.specs.get(autotuner.fn.__name__)
+        judged = {p.name for p in spec.params if p.role in ("out", "inout")} if spec else set()
+        return {n: v for n, v in passed(autotuner, args).items()
+                if hasattr(v, "clone") and (role_of(n) in ("out", "inout") or n in judged)}
+
     def _twice(self, run, entry, autotuner, args, before=None):
         """The launch with the program's code, then with the evolved code on the same
         inputs; the verdict recorded; the evolved code's result kept. ``before``: the
         program's code has run already, on written tensors that held these."""
         holder, key, old, new, name = entry
-        written = _written(autotuner, args)
+        written = self._written(autotuner, args)
         if before is None:
             before = {n: t.clone() for n, t in written.items()}
             _set(holder, key, old)
@@ -166,12 +176,6 @@ class ProgramCheck(LaunchHook):
         return verdict
 
 
-def _written(autotuner, args) -> dict:
-    """The tensors a launch writes, by argument name."""
-    from evo.model.capture import passed, role_of
-
-    return {n: v for n, v in passed(autotuner, args).items()
-            if hasattr(v, "clone") and role_of(n) in ("out", "inout")}
 
 
 def _set(holder, key: str, value) -> None:

@@ -12,6 +12,11 @@ CUDA graphs: a launch made while a graph is being captured is recorded into the 
 its replays never pass Inductor's launcher again. ``GraphWatch`` tells which
 ``torch.cuda.CUDAGraph`` is being captured and calls back on each replay, so that a
 recorder can count a graph's kernels once per replay.
+
+Autotuning: while ``max-autotune`` compiles, Inductor times candidate templates and fused
+epilogues by launching them through the same ``run`` with ``benchmark_run=True``; those
+launches pass every hook untouched (a capture once counted a benchmarked epilogue's 99
+launches as the program's largest kernel).
 """
 
 from __future__ import annotations
@@ -54,7 +59,10 @@ class LaunchHook:
             def inductors():
                 return original(autotuner, *args, stream=stream, **kwargs)
 
-            if not hook.hooked:  # unhooked while another hook still calls this one
+            # unhooked while another hook still calls this one; or Inductor's autotuning
+            # timing a candidate config or template while it compiles (``benchmark_run``):
+            # not the program's work, and never to be recorded, swapped or checked
+            if not hook.hooked or kwargs.get("benchmark_run"):
                 return inductors()
             return hook.launch(autotuner, args, stream, inductors)
 
