@@ -214,6 +214,25 @@ def test_determinism_compares_bits(tmp_path):
     assert why.startswith("not deterministic: 1 of 8 elements of y differ bitwise") and "y[5]" in why
 
 
+def test_a_kernel_whose_baseline_adds_floats_atomically_is_judged_within_tolerance(tmp_path):
+    """The order of atomic float adds changes from run to run, in the baseline too: its
+    runs may differ in the last bits, not beyond the tolerance."""
+    assert finalist.adds_floats_atomically("\tred.global.add.f32 [%rd1], %f2;")
+    assert finalist.adds_floats_atomically("\tatom.global.gpu.acq_rel.add.bf16x2 %r1, [%rd1], %r2;")
+    assert not finalist.adds_floats_atomically("\tatom.global.add.u32 %r1, [%rd1], 1;")
+    assert not finalist.adds_floats_atomically(find_kernel("relu").ptx_text())
+    spec = find_kernel("reduce_sum")  # rtol 1e-5: a sum's last bits may move
+    y = np.linspace(1, 2, 2048, dtype=np.float32)
+    np.savez(tmp_path / "a.npz", partial=y)
+    np.savez(tmp_path / "b.npz", partial=np.nextafter(y, np.float32(9)))
+    files = (tmp_path / "a.npz", tmp_path / "b.npz", 1)
+    assert "differ bitwise" in finalist._compare_runs(spec, *files)
+    assert finalist._compare_runs(spec, *files, ordered=False) == ""
+    np.savez(tmp_path / "b.npz", partial=y * 1.5)
+    why = finalist._compare_runs(spec, *files, ordered=False)
+    assert why.startswith("not deterministic: two runs") and "beyond the tolerance" in why
+
+
 # ---------------------------------------------------------------------- the driver
 
 
