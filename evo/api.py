@@ -32,7 +32,7 @@ from genomes.errors import EvoError
 from genomes.genome import Genome
 from harness.record import Measurement
 from harness.kernels.spec import (BufferParam, KernelSpec, ScalarParam, SpecError, Tolerance, load_spec,
-                          read_param, read_ptx, spec_from_table)
+                                  read_param, read_ptx, spec_from_table)
 from harness.kernels.spec_ptx import check_ptx, choose_entry, ptx_entries
 from harness.kernels.spec_write import param_table, spec_toml
 

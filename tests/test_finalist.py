@@ -20,7 +20,7 @@ import pytest
 import cheats
 from harness.gpu import finalist
 from harness.gpu.finalist import (DRIVER_OK, MEMCHECK, NOT_RUN, RACECHECK, UNSAFE_NC, check_finalist,
-                              parse_sanitizer, uses_shared_memory)
+                                  parse_sanitizer, uses_shared_memory)
 from harness.kernels.suite import find_kernel
 
 from conftest import needs_ptxas

@@ -10,9 +10,9 @@ import pytest
 
 from harness import record
 from harness.gpu.gate import (
-    CANARY_BYTES, SPEEDUP_REVIEW, check_launch, compare, is_poison, poison_value, poisoned,
-    speedup_flags, split_canary, with_canary,
-)
+                              CANARY_BYTES, SPEEDUP_REVIEW, check_launch, compare, is_poison, poison_value, poisoned,
+                              speedup_flags, split_canary, with_canary,
+                              )
 from harness.gpu.input_sets import make_inputs, reference_outputs
 from harness.kernels.spec import BufferParam, KernelSpec, ScalarParam, Tolerance
 from harness.kernels.suite import find_kernel

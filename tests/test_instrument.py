@@ -11,9 +11,9 @@ import pytest
 from genomes.ptx import Directive, Instruction, Label, parse
 from harness.compile import compile_many, compile_ptx
 from harness.gpu.instrument import (
-    CLOCK_PARAM, CLOCK_POISON, InstrumentError, clock_buffer, clock_words, cycles_from_clock,
-    instrument,
-)
+                                    CLOCK_PARAM, CLOCK_POISON, InstrumentError, clock_buffer, clock_words, cycles_from_clock,
+                                    instrument,
+                                    )
 from harness.sass import disassemble
 from harness.kernels.spec_ptx import ptx_entries
 from harness.kernels.suite import list_kernels
