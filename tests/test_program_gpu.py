@@ -166,6 +166,8 @@ def test_a_program_under_cuda_graphs_is_counted_per_replay_and_verified(tmp_path
     m = read(cap)
     assert m["source"]["graphed"], out
     assert all(k["launches"] == 7 for k in m["kernels"]), [(k["name"], k["launches"]) for k in m["kernels"]]
+    # timed on the graph's replays (profiler), not only where a kernel ran outside a graph
+    assert all(k["gpu_us"] and k["share"] for k in m["kernels"]), [(k["name"], k["gpu_us"]) for k in m["kernels"]]
     right = _run_with(tmp_path, m, "right", lambda ptx: apply_genome(ptx, parse_inline("maxnreg(n=128)")).ptx)
     assert main(["verify", "--model", str(cap), "--run", right, "--", "python", str(app), "5",
                  "reduce-overhead"]) == 0
@@ -173,6 +175,7 @@ def test_a_program_under_cuda_graphs_is_counted_per_replay_and_verified(tmp_path
     assert "checksum" in out and "DIFFERS" not in out, out
     # each kernel ran once outside the graph (the warm-up step, where it compiled and tuned)
     assert out.count("on 1 launch(es)") == len(m["kernels"]), out
+    assert out.count("run inside a CUDA graph") == len(m["kernels"]), out
 
 INSTALLING = """
 import sys

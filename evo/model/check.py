@@ -44,6 +44,7 @@ class ProgramCheck(LaunchHook):
         # Inductor kernel name -> one verdict per checked launch (a name with two codes,
         # a forward and a backward graph's, shares one list and one spec's tolerance)
         self.results: dict[str, list[dict]] = {}
+        self.graphed: set[str] = set()  # kernel names a CUDA graph recorded with evolved code
 
     def launch(self, autotuner, args, stream, run):
         import torch
@@ -56,6 +57,7 @@ class ProgramCheck(LaunchHook):
             return run()
         self._count(entry)
         if capturing:  # the graph records the evolved code; its replays run it
+            self.graphed.add(entry[4])
             return run()
         if len(self.results.get(entry[4], ())) < self.checks:
             return self._twice(run, entry, autotuner, args)
@@ -216,6 +218,7 @@ def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECK
             "max_abs_err": max((r["max_abs_err"] for r in runs), default=0.0),
             "worst": next((r["worst"] for r in runs if not r["agree"]), ""),
             "refused": check.finder.refused.get(c.kernel, ""),
+            "graphed": c.kernel in check.graphed,
             "not_found": check.finder.not_found(c.kernel)}
     return {"status": status, "kernels": kernels, "not_installed": not_installed,
             "triton_gpu_us": manifest.get("triton_gpu_us")}
@@ -246,6 +249,9 @@ def cmd_verify(args) -> int:
                 print(f"    in the program: {k['own_us']:.2f} us -> {k['evolved_us']:.2f} us a "
                       f"launch ({k['own_us'] / k['evolved_us']:.3f}x; medians of {k['timed']} "
                       f"launches of each code, in turn), {k['launched']} launches in this run")
+            elif args.timed and k.get("graphed"):
+                print("    not timed: its launches after the checked ones run inside a CUDA "
+                      "graph (recorded with the evolved code), where no launch is timed alone")
             elif args.timed:
                 print(f"    not timed: {k.get('timed', 0)} launch(es) of each code after the "
                       f"checked ones, {MIN_TIMED} needed (run the program for more steps)")

@@ -15,9 +15,10 @@ What a whole program costs to watch, and how it is kept small (``ProgramRecorder
   count; the first launch of each kernel is not timed (it compiles and autotunes);
 - a launch recorded while a CUDA graph is being captured (``torch.compile(mode=
   "reduce-overhead")``, ``torch.cuda.graph``) runs on each replay of that graph, which
-  bypasses Inductor's launcher: it counts once per replay (``hook.GraphWatch``), is
-  timed only where the same kernel also ran outside the graph, and the manifest lists
-  it under ``graphed``.
+  bypasses Inductor's launcher: it counts once per replay (``hook.GraphWatch``), the
+  manifest lists it under ``graphed``, and from the first replay on ``torch.profiler``
+  records the GPU's kernels, graph nodes included (CUPTI), so that a kernel that ran
+  only inside graphs is timed by the mean of its replayed runs under its name.
 Shares are of the Triton kernels' GPU time (the program's other GPU work is not timed),
 which is what ``evo run --budget-evals`` splits evaluations by.
 """
@@ -127,6 +128,8 @@ class ProgramRecorder(LaunchHook):
         self._in_graph: dict[int, dict[tuple, int]] = {}  # id(graph) -> key -> launches in it
         self._graphs = GraphWatch(self._replayed)
         self.timer = LaunchTimer()
+        self._profiler = None  # torch.profiler from the first replay on; False: it failed
+        self.replayed_us: dict[str, tuple[float, int]] = {}  # name -> (µs, runs) profiled
 
     def __enter__(self):
         self._graphs.__enter__()
@@ -134,7 +137,36 @@ class ProgramRecorder(LaunchHook):
 
     def __exit__(self, *exc):
         super().__exit__(*exc)
+        self._end_profile()
         return self._graphs.__exit__(*exc)
+
+    def _profile_replays(self) -> None:
+        """Start ``torch.profiler`` (GPU activity only) before the first replay: events
+        cannot time what a graph runs, CUPTI's kernel records can."""
+        if self._profiler is not None:
+            return
+        try:
+            from torch.profiler import ProfilerActivity, profile
+
+            self._profiler = profile(activities=[ProfilerActivity.CUDA])
+            self._profiler.start()
+        except Exception as err:  # noqa: BLE001 (the program's own profiler, no CUPTI): untimed
+            print(f"evo capture: kernels inside CUDA graphs are not timed ({err})", file=sys.stderr)
+            self._profiler = False
+
+    def _end_profile(self) -> None:
+        if not self._profiler:
+            return
+        import torch
+
+        torch.cuda.synchronize()
+        self._profiler.stop()
+        for event in self._profiler.key_averages():
+            us = float(getattr(event, "device_time_total", 0.0) or 0.0)
+            if us > 0 and event.count and str(getattr(event, "device_type", "")).endswith("CUDA"):
+                total, runs = self.replayed_us.get(event.key, (0.0, 0))
+                self.replayed_us[event.key] = (total + us, runs + event.count)
+        self._profiler = False
 
     def launch(self, autotuner, args, stream, run):
         from evo.model.capture import arguments_of, launch_of
@@ -160,6 +192,7 @@ class ProgramRecorder(LaunchHook):
         return result
 
     def _replayed(self, graph) -> None:
+        self._profile_replays()
         for key, n in self._in_graph.get(id(graph), {}).items():
             self.counts[key] = self.counts.get(key, 0) + n
 
@@ -171,13 +204,18 @@ class ProgramRecorder(LaunchHook):
 
     def kernel_times(self) -> dict[str, float]:
         """µs of GPU time per kernel name over the program: each key's timed mean times
-        its count (keys never timed add nothing)."""
+        its count; a key launched only inside graphs, its name's mean over the profiled
+        replays times its count (keys never timed add nothing)."""
         import statistics
 
         times: dict[str, float] = {}
         for key, pairs in self.timings.items():
             us = elapsed_us(pairs, statistics.mean)
             times[key[1]] = times.get(key[1], 0.0) + us * self.counts.get(key, 0)
+        for key in self.first.keys() - self.timings.keys():
+            total, runs = self.replayed_us.get(key[1], (0.0, 0))
+            if runs:
+                times[key[1]] = times.get(key[1], 0.0) + total / runs * self.counts.get(key, 0)
         return times
 
     def launches(self) -> list:
@@ -232,8 +270,8 @@ def cmd_capture(args) -> int:
               "(checked at one size, run at any); torch.compile(dynamic=False) compiles each "
               "size apart: " + ", ".join(dynamic))
     if manifest["source"].get("graphed"):
-        print("  launched inside CUDA graphs (counted per replay; timed only where they "
-              "also ran outside one): " + ", ".join(manifest["source"]["graphed"]))
+        print("  launched inside CUDA graphs (counted per replay, timed on the replays by "
+              "torch.profiler): " + ", ".join(manifest["source"]["graphed"]))
     if status:
         print(f"evo capture: the program exited with status {status}; what it launched "
               "before is captured", file=sys.stderr)
