@@ -212,7 +212,7 @@ def finalist_lines(checkpoint: dict) -> list[str]:
 
 
 SEARCH_PARTS = (kernel_run.PTXAS, kernel_run.GPU)  # within "search": not added to the total
-TIME_STEPS = ("search", *SEARCH_PARTS, "exact", "finalist check", "reduce", "measured again", "peer")
+TIME_STEPS = ("search", *SEARCH_PARTS, "exact", "finalist check", "reduce", "measured again", "other sizes", "peer")
 
 
 def exact_lines(checkpoint: dict) -> list[str]:

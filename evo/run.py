@@ -28,6 +28,7 @@ from evo.driver import AUTO_JOBS_PER_SLOT, GpuTurns, KernelLedger, each_kernel, 
 from evo.exact import prefer_exact
 from evo.kernel_run import KernelRun, Observer
 from evo.learn import source as learn_source
+from evo.model.capture import other_sizes
 from evo.progress import Progress
 from evo.run_kernels import resolve_suite
 from evo.rundir import RunDir, RunDirError, default_name
@@ -191,6 +192,15 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             if result.confirmed is not before:  # not the checkpoint's (resumed) one
                 ledger.events([{"type": "confirm", "kernel": spec.name, **result.confirmed}])
             ledger.save()
+        others = [with_caches(s, config.run.caches) for s in other_sizes(spec)]
+        if others and backend.remeasures and saved.get("sizes", {}).get("genome") != result.best_genome:
+            start = time.perf_counter()
+            with turns.shared():
+                saved["sizes"] = at_other_sizes(evaluator, result, others)
+            spent.add("other sizes", start)
+            failed = [n for n, s in saved["sizes"].items() if n != "genome" and not s["valid"]]
+            progress.note(f"{spec.name}: its best at its other captured sizes: "
+                          + (f"failed at {', '.join(failed)}" if failed else "passes at each"))
         if backend.remeasures and spec.peer and "peer" not in saved:
             progress.note(f"{spec.name}: timing its peer {spec.peer}")
             start = time.perf_counter()
@@ -285,6 +295,23 @@ def confirm(backend, spec: KernelSpec, result, saved: dict) -> dict:
         "best": best.cycles if best.valid else None,
         "reason": "" if best.valid and base.valid else (best.reason if base.valid else base.reason)}
     return saved["confirmed"]
+
+
+def at_other_sizes(evaluator, result, others: list[KernelSpec]) -> dict:
+    """A kernel compiled for dynamic shapes runs one code at every size: its best genome
+    checked (and timed) at each other captured size, ``others``, as at its own. {"genome":
+    the best's, name: {"valid", "reason", "baseline", "best"}} per other size, kept in the
+    kernel's checkpoint entry for ``evo.model.install.plan``."""
+    genome = Genome.from_json(result.best_genome)
+    out: dict = {"genome": result.best_genome}
+    for other in others:
+        base = evaluator.baseline(other)
+        best = evaluator.evaluate(other, [genome])[0] if genome.genes else base
+        out[other.name] = {"valid": bool(base.valid and best.valid),
+                           "reason": "" if best.valid else best.reason,
+                           "baseline": base.cycles if base.valid else None,
+                           "best": best.cycles if best.valid else None}
+    return out
 
 
 def _llm_mutator(config: Config, run: RunDir, store, checkpoint: dict):

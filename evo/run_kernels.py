@@ -53,16 +53,28 @@ def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
 
 
 def _installable(folder: Path, kernels: list[dict]) -> list[KernelSpec]:
-    """A capture's kernels less those compiled for dynamic shapes, which ``evo.install``
-    would not put back (``install.plan``): evaluations spent on them would reach no
-    program. Said on stderr; none left is an error that says why."""
-    dynamic = [k["name"] for k in kernels if k.get("reads_sizes")]
-    if dynamic:
-        print(f"evo: {folder}: {len(dynamic)} kernel(s) left out, compiled for dynamic shapes "
-              "(their code reads its sizes: they would not be installed; torch.compile("
-              "dynamic=False) compiles each size apart): " + ", ".join(dynamic), file=sys.stderr)
-    if kernels and len(dynamic) == len(kernels):
-        raise EvoError(f"{folder}: every captured kernel is compiled for dynamic shapes, and "
-                       "none would be installed: capture the program with "
-                       "torch.compile(dynamic=False)")
-    return [k["kernel_spec"] for k in kernels if not k.get("reads_sizes")]
+    """A capture's kernels, one entry for each code compiled for dynamic shapes: one
+    launcher runs it at every size, so it is evolved once, at the size with the largest
+    share, and its best checked at every other captured size before ``evo.install`` puts
+    it back (``install.plan``). One captured size is too little to trust a code that runs
+    at any: such a kernel is left out. Said on stderr; none left is an error."""
+    from evo.model.capture import same_code
+
+    groups = same_code(kernels)
+    single = [k["name"] for k in kernels if len(groups.get(k["name"], ())) == 1]
+    for names in sorted({tuple(n) for n in groups.values() if len(n) > 1}):
+        print(f"evo: {folder}: {names[0]} is compiled for dynamic shapes (its code reads its "
+              f"sizes): evolved once, its best checked at its {len(names)} captured sizes "
+              "before it is installed", file=sys.stderr)
+    if single:
+        print(f"evo: {folder}: {len(single)} kernel(s) left out, compiled for dynamic shapes "
+              "and captured at one size (their code runs at any size: a check at one is too "
+              "little; capture a run at two sizes, or torch.compile(dynamic=False) compiles "
+              "each size apart): " + ", ".join(single), file=sys.stderr)
+    kept = [k for k in kernels if k["name"] not in single
+            and groups.get(k["name"], [k["name"]])[0] == k["name"]]
+    if kernels and not kept:
+        raise EvoError(f"{folder}: every captured kernel is compiled for dynamic shapes and "
+                       "was captured at one size: none would be installed; capture the "
+                       "program at two sizes, or with torch.compile(dynamic=False)")
+    return [k["kernel_spec"] for k in kept]

@@ -233,6 +233,26 @@ def test_a_kernel_that_reads_its_sizes_is_marked_dynamic_in_the_manifest(manifes
     assert marked == [spec.params[size].name]
 
 
+def test_a_dynamic_kernel_captured_at_two_sizes_is_evolved_once_and_knows_its_other_size(tmp_path, capsys):
+    """One code, one launcher, every size: the capture's two entries of it are one kernel
+    to evolve (the larger share), and its other size is where its best is checked."""
+    from evo.run_kernels import resolve_suite
+
+    cap = tmp_path / "cap"
+    shutil.copytree(DECODER, cap)
+    data = json.loads((cap / capture.MANIFEST).read_text())
+    one, other = data["kernels"][1], data["kernels"][2]
+    other["source"] = dict(one["source"])
+    one["reads_sizes"] = other["reads_sizes"] = ["xnumel"]
+    (cap / capture.MANIFEST).write_text(json.dumps(data))
+    specs = resolve_suite([str(cap)])
+    assert [s.name for s in specs] == [k["name"] for k in data["kernels"] if k is not other]
+    assert f"{one['name']} is compiled for dynamic shapes" in capsys.readouterr().err
+    evolved = next(s for s in specs if s.name == one["name"])
+    assert [s.name for s in capture.other_sizes(evolved)] == [other["name"]]
+    assert capture.other_sizes(specs[0]) == []  # a static kernel has no other sizes
+
+
 def test_a_run_on_a_capture_leaves_out_the_kernels_compiled_for_dynamic_shapes(tmp_path, capsys):
     from evo.run_kernels import resolve_suite
 

@@ -82,6 +82,45 @@ def test_a_kernel_that_reads_its_sizes_at_run_time_is_not_installed(tmp_path):
     assert plain[spec.name].cubin is not None  # the static kernel, as captured: installed
 
 
+@needs_ptxas
+def test_a_dynamic_kernel_is_installed_for_every_size_once_checked_at_each(tmp_path):
+    """One code runs at every size: installed (matched at any size) only where the run
+    checked its best at the capture's other size; that size's entry says it goes with it."""
+    import shutil
+
+    cap = tmp_path / "cap"
+    shutil.copytree(DECODER, cap)
+    data = json.loads((cap / capture.MANIFEST).read_text())
+    one, other = data["kernels"][0], data["kernels"][1]
+    other["source"] = dict(one["source"])
+    one["reads_sizes"] = other["reads_sizes"] = ["xnumel"]
+    (cap / capture.MANIFEST).write_text(json.dumps(data))
+    spec = capture.read(cap)["kernels"][0]["kernel_spec"]
+    index = next(i for i, p in enumerate(spec.params) if p.kind == "scalar")
+    first_read = next(line for line in spec.ptx_text().splitlines() if "ld.param.b64" in line)
+    spec.ptx_path.write_text(spec.ptx_text().replace(first_read, (
+        f"{first_read}\n\t.reg .b32 %evo_n;\n\tld.param.b32 %evo_n, [{spec.entry}_param_{index}];"), 1))
+    spec = capture.read(cap)["kernels"][0]["kernel_spec"]
+    run = tmp_path / "run"
+    _best(run, spec, "maxnreg(n=32)")
+    genome = parse_inline("maxnreg(n=32)").to_json()
+
+    def choices(sizes):
+        entry = {} if sizes is None else {"sizes": {"genome": genome, **sizes}}
+        (run / "checkpoint.json").write_text(json.dumps({"kernels": {spec.name: entry}}))
+        return {c.name: c for c in plan(cap, run)}
+
+    assert "not checked at its other captured sizes" in choices(None)[one["name"]].reason
+    bad = choices({other["name"]: {"valid": False, "reason": "wrong result: 3 elements differ"}})
+    assert bad[one["name"]].cubin is None
+    assert bad[one["name"]].reason.endswith(f"failed at the captured size {other['name']}: "
+                                            "wrong result: 3 elements differ")
+    good = choices({other["name"]: {"valid": True, "reason": ""}})
+    assert good[one["name"]].cubin is not None and good[one["name"]].scalars == {}
+    assert good[other["name"]].cubin is None
+    assert good[other["name"]].reason.startswith(f"one code at every size: {one['name']}'s")
+
+
 def _decoder_run(run: Path, genome: str) -> Path:
     (run / "best").mkdir(parents=True)
     (run / "checkpoint.json").write_text(json.dumps({"kernels": {}}))

@@ -213,3 +213,66 @@ def test_a_program_that_calls_evo_install_runs_the_evolved_kernels(captured, cap
     wrong = _run_with(root, m, "installed_wrong", lambda ptx: ptx.replace("add.f32", "sub.f32", 1))
     changed, out = checksum(installing, cap, wrong, 2)
     assert changed != own, out
+
+
+DYNAMIC = """
+import sys
+import torch
+
+torch.manual_seed(0)
+block = torch.nn.Sequential(torch.nn.LayerNorm(512), torch.nn.Linear(512, 1024), torch.nn.GELU(),
+                            torch.nn.Linear(1024, 512)).cuda().to(torch.bfloat16)
+step = torch.compile(block, dynamic=True)
+xs = [torch.randn(rows, 512, device="cuda", dtype=torch.bfloat16) for rows in (1500, 2048)]
+with torch.no_grad():
+    for i in range(int(sys.argv[1])):
+        y = step(xs[i % 2])
+torch.cuda.synchronize()
+print("checksum", float(y.float().sum()))
+"""
+
+
+def test_a_kernel_compiled_for_dynamic_shapes_is_evolved_once_checked_at_each_size_and_installed(
+        tmp_path, capsys):
+    """dynamic=True: one code and one launcher for both sizes. The run evolves it once,
+    checks its best at the other captured size, and verify finds it at either size."""
+    from evo.cli import main
+    from evo.model.capture import read, same_code
+
+    app = tmp_path / "app.py"
+    app.write_text(DYNAMIC)
+    cap, run = str(tmp_path / "cap"), str(tmp_path / "run")
+    assert main(["capture", "--out", cap, "--", "python", str(app), "6"]) == 0
+    groups = same_code(read(cap)["kernels"])
+    pairs = {tuple(names) for names in groups.values() if len(names) == 2}
+    assert pairs, groups
+    assert main(["run", "--model", cap, "--generations", "1", "--pop", "4", "--out", run,
+                 "--store", str(tmp_path / "store.sqlite"), "-q"]) == 0
+    kernels = json.loads((tmp_path / "run" / "checkpoint.json").read_text())["kernels"]
+    assert not any(other in kernels for _, other in pairs)  # evolved once, at one size
+    for evolved, other in pairs:
+        assert kernels[evolved]["sizes"][other]["valid"], kernels[evolved]["sizes"]
+    capsys.readouterr()
+    status = main(["verify", "--model", cap, "--run", run, "--", "python", str(app), "8"])
+    out, err = capsys.readouterr()
+    assert "DIFFERS" not in out and (status == 0 or "nothing checked" in err), out + err
+    for evolved, other in pairs:
+        if f"  {evolved}: bitwise" in out or f"  {evolved}: within" in out:  # installed
+            assert f"{other}: not installed: one code at every size: {evolved}'s" in out, out
+
+    # a right variant said checked at both sizes: installed, found at either, checked in the program
+    from genomes.genome import apply_genome, parse_inline
+
+    evolved, other = sorted(pairs)[0]
+    spec = next(k["kernel_spec"] for k in read(cap)["kernels"] if k["name"] == evolved)
+    genome = parse_inline("maxnreg(n=128)")
+    hand = tmp_path / "hand"
+    (hand / "best").mkdir(parents=True)
+    (hand / "best" / f"{evolved}.ptx").write_text(apply_genome(spec.ptx_text(), genome).ptx)
+    (hand / "best" / f"{evolved}.genome.json").write_text(json.dumps(genome.to_json()))
+    (hand / "checkpoint.json").write_text(json.dumps({"kernels": {evolved: {"sizes": {
+        "genome": genome.to_json(), other: {"valid": True, "reason": ""}}}}}))
+    assert main(["verify", "--model", cap, "--run", str(hand), "--", "python", str(app), "8"]) == 0
+    out = capsys.readouterr().out
+    assert f"  {evolved}: bitwise equal on 3 launch(es)" in out, out  # sizes in turn: both
+    assert f"{other}: not installed: one code at every size: {evolved}'s" in out, out

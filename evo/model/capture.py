@@ -313,6 +313,29 @@ def read_at_run_time(spec, ptx: str) -> list[str]:
     return [p.name for p, q in zip(spec.params, declared) if p.kind == "scalar" and q.name in read]
 
 
+def same_code(kernels: list[dict]) -> dict[str, list[str]]:
+    """A capture's kernels compiled for dynamic shapes, by the code they share: one launcher
+    runs one code at every size, and the capture holds an entry per size it saw. Each such
+    kernel's name -> the names of every entry with its code, in manifest order (the
+    largest share first: the one ``evo run --model`` evolves)."""
+    groups: dict[tuple, list[str]] = {}
+    for k in kernels:
+        if k.get("reads_sizes"):
+            groups.setdefault((k["source"]["kernel"], k["source"].get("cache_hash")), []).append(k["name"])
+    return {name: names for names in groups.values() for name in names}
+
+
+def other_sizes(spec) -> list:
+    """The specs of the other captured sizes of a kernel compiled for dynamic shapes
+    (``spec`` read from a capture folder's kernels/); [] for any other kernel."""
+    folder = Path(spec.spec_path).parent.parent if spec.spec_path else None
+    if folder is None or not (folder / MANIFEST).is_file():
+        return []
+    kernels = read(folder)["kernels"]
+    names = set(same_code(kernels).get(spec.name, [])) - {spec.name}
+    return [k["kernel_spec"] for k in kernels if k["name"] in names]
+
+
 def write(launches: list[Launch], out, times: dict[str, float] | None = None, total_us: float = 0.0,
           source: dict | None = None, step_timed: bool = True) -> dict:
     """The capture folder from recorded launches (module docstring); returns the manifest.

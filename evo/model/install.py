@@ -15,11 +15,12 @@ with its grid, arguments and stream, at no cost per launch (the first version ke
 checking sizes on every launch, and a host-bound decoder step read 0.906x with evolved
 kernels whose outputs were bitwise the same; unwrapped, 1.004x: H200, BENCHMARKS.md
 session 13). So a kernel is
-installed for the sizes it was captured with, and only where its code cannot run at
-others: a kernel compiled for dynamic shapes (``dynamic=True``, or after torch.compile saw
-a size change) reads its sizes as params, one launcher runs it at every size, and the
-variant was checked at the captured ones only, so ``plan`` does not install it. CUDA
-graphs recorded before a swap keep the code they recorded.
+installed for the sizes it was captured with. A kernel compiled for dynamic shapes
+(``dynamic=True``, or after torch.compile saw a size change) reads its sizes as params and
+one launcher runs it at every size: ``evo run --model`` evolves it once and checks its
+best at every other size the capture saw (``evo.run.at_other_sizes``); ``plan`` installs
+it, found at whichever size it runs first, only where it passed at each (and never from a
+capture of one size). CUDA graphs recorded before a swap keep the code they recorded.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
     from harness.compile import compile_ptx
 
     from evo.llm.occupancy import ptx_target
-    from evo.model.capture import read, read_at_run_time
+    from evo.model.capture import read, read_at_run_time, same_code
 
     run = Path(run_dir)
     if not (run / "checkpoint.json").is_file():
@@ -70,6 +71,7 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
     except (OSError, ValueError, KeyError):
         known = {}
     baseline_key = Genome().dumps()
+    groups = same_code(manifest["kernels"])
     choices = []
     for k in manifest["kernels"]:
         spec = k["kernel_spec"]
@@ -92,11 +94,14 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
             choice.reason = "the baseline stayed best"
             continue
         sizes = read_at_run_time(spec, captured)
-        if sizes:
-            choice.reason = (f"its code reads {', '.join(sizes)} at run time (compiled for dynamic "
-                             "shapes): the same code runs at other sizes, and evo checked it at "
-                             "the captured ones only")
-            continue
+        if sizes:  # one code, one launcher, every size: checked at every captured size
+            unchecked = _unchecked_sizes(groups.get(k["name"], [k["name"]]), k["name"],
+                                         known.get(spec.name, {}).get("sizes") or {}, genome_file)
+            if unchecked:
+                choice.reason = (f"its code reads {', '.join(sizes)} at run time (compiled for "
+                                 f"dynamic shapes) and runs at any size: {unchecked}")
+                continue
+            choice.scalars = {}  # found at whichever size it runs first
         launch = best.with_suffix(".launch.json")
         if launch.is_file():
             shape = json.loads(launch.read_text())
@@ -112,7 +117,37 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
             choice.reason = f"ptxas refused the best PTX: {compiled.error}"
             continue
         choice.cubin = compiled.cubin
+    installed = {c.name: c for c in choices if c.cubin is not None}
+    for choice in choices:  # another captured size of a code installed once for all
+        evolved = installed.get(groups.get(choice.name, [""])[0])
+        if evolved is not None and evolved is not choice:
+            choice.genome = evolved.genome
+            choice.reason = (f"one code at every size: {evolved.name}'s, installed with it "
+                             "(checked at this size too)")
     return choices
+
+
+def _unchecked_sizes(group: list[str], name: str, checked: dict, genome_file: Path) -> str:
+    """Why the best of ``name`` (a code compiled for dynamic shapes whose captured sizes
+    are ``group``) may not be installed, from the run's checks at its other sizes
+    (``evo.run.at_other_sizes``); "" when it passed at every one."""
+    from genomes.genome import Genome
+
+    others = [n for n in group if n != name]
+    if not others:
+        return "captured at one size, evo checked it there only (capture a run at two sizes)"
+    try:
+        best = Genome.from_json(json.loads(genome_file.read_text())).dumps()
+        same = Genome.from_json(checked["genome"]).dumps() == best
+    except (OSError, ValueError, KeyError, TypeError):
+        same = False
+    if not same:
+        return "its best was not checked at its other captured sizes (a GPU run checks it)"
+    failed = [n for n in others if not (checked.get(n) or {}).get("valid")]
+    if failed:
+        reason = (checked.get(failed[0]) or {}).get("reason") or "not checked"
+        return f"its best failed at the captured size {failed[0]}: {reason}"
+    return ""
 
 
 def _genome_label(path: Path) -> str:

@@ -266,9 +266,9 @@ def cmd_capture(args) -> int:
     dynamic = [k["name"] for k in kernels if k.get("reads_sizes")]
     if dynamic:
         print(f"  {len(dynamic)} kernel(s) compiled for dynamic shapes read their sizes at run "
-              "time: evo run --model leaves them out and evo.install would not put them back "
-              "(checked at one size, run at any); torch.compile(dynamic=False) compiles each "
-              "size apart: " + ", ".join(dynamic))
+              "time (one code for every size: evo run --model evolves each once and checks its "
+              "best at every size captured here; one captured at a single size is left out): "
+              + ", ".join(dynamic))
     if manifest["source"].get("graphed"):
         print("  launched inside CUDA graphs (counted per replay, timed on the replays by "
               "torch.profiler): " + ", ".join(manifest["source"]["graphed"]))
