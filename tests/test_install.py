@@ -349,3 +349,22 @@ def test_a_captured_launcher_gets_the_evolved_cubin_at_its_sizes_only(monkeypatc
     holder, key, old, new, name = finder.entry_for(right, ("x", 64))
     assert (holder, key, old, new, name) == (scope, "function", "own", "k-evolved", "k")
     assert loaded == [("k", b"cubin", 128, 0)] and "k" not in finder.missed
+
+
+def test_verify_restores_what_inductor_names_written_and_what_the_spec_judges_written():
+    """Between the two codes of a checked launch, verify puts back every tensor the launch
+    writes: those Inductor names out/in_out, and those the spec judges written (an output
+    the code adds into is inout there); scalars are never tensors to put back."""
+    import dataclasses
+
+    from evo.model.check import ProgramCheck
+
+    k = capture.read(DECODER)["kernels"][0]
+    spec = k["kernel_spec"]
+    params = [dataclasses.replace(p, role="inout") if p.name == "in_ptr3" else p for p in spec.params]
+    judged = dataclasses.replace(spec, params=params)
+    name = k["source"]["kernel"]
+    autotuner = SimpleNamespace(fn=SimpleNamespace(__name__=name, arg_names=[p.name for p in spec.params]))
+    args = [SimpleNamespace(clone=None) if p.kind == "buffer" else 7 for p in spec.params]
+    for specs, written in (({}, {"out_ptr1"}), ({name: judged}, {"out_ptr1", "in_ptr3"})):
+        assert set(ProgramCheck([], specs)._written(autotuner, args)) == written

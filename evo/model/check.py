@@ -128,7 +128,7 @@ class ProgramCheck(LaunchHook):
         from evo.model.capture import passed, role_of
 
         spec = self.specs.get(autotuner.fn.__name__)
-        judged = {p.name for p in spec.params if p.role in ("out", "inout")} if spec else set()
+        judged = {p.name for p in spec.buffers() if p.role in ("out", "inout")} if spec else set()
         return {n: v for n, v in passed(autotuner, args).items()
                 if hasattr(v, "clone") and (role_of(n) in ("out", "inout") or n in judged)}
 
