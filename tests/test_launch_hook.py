@@ -65,6 +65,19 @@ def test_autotunings_benchmark_launches_pass_the_hook_untouched():
         [("k", (2,), 3, {"benchmark_run": False})] * 2
 
 
+def test_launches_from_inductors_compile_time_modules_pass_the_hook_untouched():
+    """The scheduler weighs a fusion by launching the fused kernel (named "triton_") from
+    torch/_inductor/scheduler.py while it compiles: not one of the program's launches."""
+    code = compile("result = Autotuner('triton_').run(4, stream=0)",
+                   "/venv/lib/torch/_inductor/scheduler.py", "exec")
+    scope = {"Autotuner": Autotuner}
+    with Twice() as hook:
+        exec(code, scope)
+        Autotuner("k").run(5, stream=0)
+    assert scope["result"] == "triton_(4,)"
+    assert hook.seen == [("k", (5,), 0)]
+
+
 def test_unhooking_early_leaves_inductors_own_launch():
     original = Autotuner.run
     hook = Twice()

@@ -15,12 +15,30 @@ recorder can count a graph's kernels once per replay.
 
 Autotuning: while ``max-autotune`` compiles, Inductor times candidate templates and fused
 epilogues by launching them through the same ``run`` with ``benchmark_run=True``; those
-launches pass every hook untouched (a capture once counted a benchmarked epilogue's 99
-launches as the program's largest kernel).
+launches pass every hook untouched; so do the fused kernels its scheduler weighs while it
+compiles (``benchmark_fused_nodes``: a kernel named just ``triton_``), launched from its
+compile-time modules (``compiling``). A capture once counted such a benchmarked epilogue's
+99-107 launches as the program's largest kernel.
 """
 
 from __future__ import annotations
 
+import sys
+
+# Inductor's modules that launch kernels only to time them while it compiles
+COMPILE_TIME = tuple(f"/_inductor/{name}" for name in (
+    "scheduler.py", "select_algorithm.py", "autotune_process.py"))
+
+
+def compiling() -> bool:
+    """Whether this launch comes from Inductor timing a candidate while it compiles (one
+    of ``COMPILE_TIME`` on the stack), not from the program's compiled code."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(COMPILE_TIME):
+            return True
+        frame = frame.f_back
+    return False
 
 def _inductor_launch_class():
     from torch._inductor.runtime import triton_heuristics
@@ -62,7 +80,7 @@ class LaunchHook:
             # unhooked while another hook still calls this one; or Inductor's autotuning
             # timing a candidate config or template while it compiles (``benchmark_run``):
             # not the program's work, and never to be recorded, swapped or checked
-            if not hook.hooked or kwargs.get("benchmark_run"):
+            if not hook.hooked or kwargs.get("benchmark_run") or compiling():
                 return inductors()
             return hook.launch(autotuner, args, stream, inductors)
 

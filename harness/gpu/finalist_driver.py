@@ -40,6 +40,7 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
     """Load, fill, launch once, synchronize; see the module docstring for the exit codes."""
     from genomes.launch import Launch
     from harness.gpu import gate, input_sets
+    from harness.gpu.runner import allow_shared
     from harness.kernels.spec import load_spec
 
     try:
@@ -51,7 +52,7 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
 
         module = cp.cuda.function.Module()
         module.load(cubin)
-        fn = module.get_function(launch.entry or spec.entry)
+        fn = allow_shared(cp, module.get_function(launch.entry or spec.entry), spec.shared_mem)
         inputs = input_sets.make_inputs(spec, seed)
         owners: list = []
         bufs = {}

@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     import cupy
 
     from harness.gpu.input_sets import make_inputs
+    from harness.gpu.runner import allow_shared
     from harness.kernels.spec import load_spec
 
     parser = argparse.ArgumentParser(prog="python -m harness.gpu.ncu", description=__doc__)
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     # buffers to the device; scalars are NumPy scalars of the param's type already
     values = tuple(cupy.asarray(inputs[p.name]) if p.kind == "buffer" else inputs[p.name]
                    for p in spec.params)
-    function = cupy.RawModule(path=str(args.cubin)).get_function(spec.entry)
+    function = allow_shared(cupy, cupy.RawModule(path=str(args.cubin)).get_function(spec.entry),
+                            spec.shared_mem)
     function(grid, block, values, shared_mem=spec.shared_mem)
     cupy.cuda.runtime.deviceSynchronize()
     return 0

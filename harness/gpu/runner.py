@@ -128,6 +128,19 @@ def _spec_key(spec) -> tuple:
     return (spec.name, spec.entry, spec.grid, spec.block, spec.shared_mem, spec.params)
 
 
+MAX_DYNAMIC_SHARED_ATTRIBUTE = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+DEFAULT_DYNAMIC_SHARED = 48 * 1024  # what a launch may ask for without the attribute
+
+
+def allow_shared(cp, fn, nbytes: int):
+    """``fn``, allowed ``nbytes`` of dynamic shared memory: a launch asking for more than
+    48 KiB (Triton's GEMM templates ask for 96 KiB and more) fails with
+    CUDA_ERROR_INVALID_VALUE until the function's attribute says it may."""
+    if nbytes > DEFAULT_DYNAMIC_SHARED:
+        cp.cuda.driver.funcSetAttribute(fn.ptr, MAX_DYNAMIC_SHARED_ATTRIBUTE, int(nbytes))
+    return fn
+
+
 class Runner:
     """One CUDA context on one device, with the caches that make a request cheap."""
 
@@ -179,16 +192,18 @@ class Runner:
                 why = f"the keeper's arena did not open: {type(err).__name__}: {err}"
         return cp.empty(ARENA_BYTES, dtype=cp.uint8), f"own arena ({why})"
 
-    def function(self, cubin: bytes, entry: str):
+    def function(self, cubin: bytes, entry: str, shared_mem: int = 0):
         """The kernel ``entry`` of ``cubin``, loaded once per distinct cubin (in-memory load):
-        a variant and its clock64 twin share one cubin (``instrument.with_clock_twin``)."""
+        a variant and its clock64 twin share one cubin (``instrument.with_clock_twin``);
+        allowed ``shared_mem`` bytes of dynamic shared memory (``allow_shared``)."""
         key = hashlib.sha256(cubin).hexdigest()
         module = _lru_get(self._modules, key)
         if module is None:
             module = self.cp.cuda.function.Module()
             module.load(bytes(cubin))
             _lru_put(self._modules, key, module, _CACHE_LIMITS["modules"])
-        return module.get_function(entry)  # a lookup in the loaded module, microseconds
+        # a lookup in the loaded module, microseconds
+        return allow_shared(self.cp, module.get_function(entry), shared_mem)
 
     def buffers(self, spec) -> dict:
         """A uint8 device buffer per buffer param, ``CANARY_BYTES`` longer, at fixed places.
@@ -442,7 +457,8 @@ class Runner:
     def _baseline_outputs(self, request, seed: int, key: tuple) -> dict:
         spec = request.spec
         try:
-            after = self.run_checked(self.function(request.baseline_cubin, spec.entry), spec, seed)
+            baseline = self.function(request.baseline_cubin, spec.entry, spec.shared_mem)
+            after = self.run_checked(baseline, spec, seed)
         except self.cuda_errors as err:
             raise _Failed(f"{BASELINE_FAILED}: {record.LAUNCH_ERROR}: {err}") from None
         inputs, images = self.seed_data(spec, seed)
@@ -458,8 +474,7 @@ class Runner:
                 zeros = xp.zeros(p.count, dtype=spec.numpy_dtype(p.dtype))
                 zeroed[p.name] = gate.with_canary(zeros)
             try:
-                again = self.run_checked(self.function(request.baseline_cubin, spec.entry), spec,
-                                         seed, images=zeroed)
+                again = self.run_checked(baseline, spec, seed, images=zeroed)
             except self.cuda_errors as err:
                 raise _Failed(f"{BASELINE_FAILED}: {record.LAUNCH_ERROR}: {err}") from None
             refilled = {p.name: gate.split_canary(again[p.name], p)[0] for p in ints}
@@ -486,7 +501,7 @@ class Runner:
         seed, and ``when`` if given), else returns the outputs. ``prefill``: output values
         to upload instead of the poison (``check``'s pre-filled launch)."""
         spec = request.spec
-        fn = self.function(request.cubin, spec.entry)
+        fn = self.function(request.cubin, spec.entry, spec.shared_mem)
         expected = self.baseline_outputs(request, seed)
         guards = self.guards(spec)
         with self.phases("guards filled"):
@@ -560,8 +575,8 @@ class Runner:
                     stats = summarize(samples)
             if spec.timing != "clock64":
                 with phases("reuse probe"):
-                    notes.update(reuse_probe.probe(self, request, self.function(request.cubin, spec.entry),
-                                                   notes["us_per_launch"]))
+                    fn = self.function(request.cubin, spec.entry, spec.shared_mem)
+                    notes.update(reuse_probe.probe(self, request, fn, notes["us_per_launch"]))
             stress = input_sets.stress_seed(request.check_seeds[0])
             with phases("stress check"):
                 self.check_seed(request, stress, "after timing")  # module docstring, step 3

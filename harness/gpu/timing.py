@@ -186,7 +186,7 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
     if request.clock_cubin is None:
         raise TimingFailed(f"{TIMING_FAILED}: spec {spec.name} times with clock64 but the "
                            "request has no clock_cubin (instrument the variant)")
-    fn = runner.function(request.clock_cubin, request.clock_entry or spec.entry)
+    fn = runner.function(request.clock_cubin, request.clock_entry or spec.entry, spec.shared_mem)
     seeds = input_sets.timing_seeds(request.timing_seed)
     images = [runner.seed_data(spec, seed)[1] for seed in seeds]
     for seed in seeds:  # the baseline's answers first: its launches stay out of the batches
@@ -301,7 +301,7 @@ def spin_up(runner, seconds: float = SPIN_UP_S) -> None:
 def time_events(runner, request) -> tuple[list[float], dict]:
     """Cycles per launch of the uninstrumented cubin, from CUDA events around graph replays."""
     spec, stream = request.spec, runner.stream
-    fn = runner.function(request.cubin, spec.entry)
+    fn = runner.function(request.cubin, spec.entry, spec.shared_mem)
     seeds = [request.timing_seed]
     images = [runner.seed_data(spec, request.timing_seed)[1]]
     runner.baseline_outputs(request, request.timing_seed)  # before any timed launch
