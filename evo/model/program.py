@@ -148,7 +148,10 @@ class ProgramRecorder(LaunchHook):
         try:
             from torch.profiler import ProfilerActivity, profile
 
-            self._profiler = profile(activities=[ProfilerActivity.CUDA])
+            try:  # acc_events: keep every event (and no warning that a cycle clears them)
+                self._profiler = profile(activities=[ProfilerActivity.CUDA], acc_events=True)
+            except TypeError:  # a torch before acc_events
+                self._profiler = profile(activities=[ProfilerActivity.CUDA])
             self._profiler.start()
         except Exception as err:  # noqa: BLE001 (the program's own profiler, no CUPTI): untimed
             print(f"evo capture: kernels inside CUDA graphs are not timed ({err})", file=sys.stderr)
