@@ -368,3 +368,28 @@ def test_verify_restores_what_inductor_names_written_and_what_the_spec_judges_wr
     args = [SimpleNamespace(clone=None) if p.kind == "buffer" else 7 for p in spec.params]
     for specs, written in (({}, {"out_ptr1"}), ({name: judged}, {"out_ptr1", "in_ptr3"})):
         assert set(ProgramCheck([], specs)._written(autotuner, args)) == written
+
+
+def test_verify_times_the_two_codes_in_turn_at_each_size(monkeypatch):
+    """A code compiled for dynamic shapes runs every size from one launcher: a program
+    alternating two sizes must not have one code timed at each (its 0.87x on an H200 was
+    the sizes, not the code). Each size gets both codes in turn; sizes weigh by launches."""
+    from evo.model import check
+
+    monkeypatch.setattr(check, "elapsed_us", lambda pairs, statistic: statistic([b - a for a, b in pairs]))
+    holder = {"function": "own"}
+    us = {("own", 1): 10.0, ("new", 1): 9.0, ("own", 2): 20.0, ("new", 2): 18.0}
+    size = {"now": 1}
+
+    class Timer:
+        def time(self, stream, run):
+            return run(), (0.0, us[(holder["function"], size["now"])])
+
+    program_check = check.ProgramCheck([], {}, timed=4)
+    program_check.timer = Timer()
+    entry = (holder, "function", "own", "new", "k")
+    for launch in range(16):
+        size["now"] = 1 + launch % 2
+        program_check._timed(lambda: None, entry, None, (("xnumel", size["now"]),))
+    assert program_check.times_us() == {"k": {"own_us": 15.0, "evolved_us": 13.5, "timed": 8}}
+    assert holder["function"] == "new"  # the evolved code stays in

@@ -25,6 +25,13 @@ TIMED = 10  # launches of each installed kernel timed per code after its checked
 MIN_TIMED = 3  # fewer launches of each code give no ratio: one launch is not a median
 
 
+def _sizes(autotuner, args) -> tuple:
+    """A launch's sizes: the values of its arguments that are not tensors."""
+    from evo.model.capture import passed
+
+    return tuple((n, v) for n, v in passed(autotuner, args).items() if not hasattr(v, "data_ptr"))
+
+
 class ProgramCheck(LaunchHook):
     """While active, installed kernels run evolved code, their first launches checked."""
 
@@ -38,9 +45,11 @@ class ProgramCheck(LaunchHook):
         self.checks, self.timed = checks, timed
         self.launched: dict[str, int] = {}  # kernel name -> launches with an installed code
         self.timer = LaunchTimer()
-        # kernel name -> {"own": [(start, end)], "evolved": [...]}: launches after the
-        # checked ones, the two codes in turn
-        self.timings: dict[str, dict[str, list]] = {}
+        # kernel name -> sizes -> {"own": [(start, end)], "evolved": [...]}: launches after
+        # the checked ones, the two codes in turn at each size (one launcher of a code
+        # compiled for dynamic shapes runs every size: a program alternating two sizes
+        # would otherwise time one code at each)
+        self.timings: dict[str, dict[tuple, dict[str, list]]] = {}
         # Inductor kernel name -> one verdict per checked launch (a name with two codes,
         # a forward and a backward graph's, shares one list and one spec's tolerance)
         self.results: dict[str, list[dict]] = {}
@@ -61,7 +70,7 @@ class ProgramCheck(LaunchHook):
             return run()
         if len(self.results.get(entry[4], ())) < self.checks:
             return self._twice(run, entry, autotuner, args)
-        return self._timed(run, entry, stream)
+        return self._timed(run, entry, stream, _sizes(autotuner, args))
 
     def _first(self, autotuner, args, run, capturing):
         """A kernel's first launch compiles and tunes, with the program's own code, and
@@ -80,11 +89,12 @@ class ProgramCheck(LaunchHook):
     def _count(self, entry) -> None:
         self.launched[entry[4]] = self.launched.get(entry[4], 0) + 1
 
-    def _timed(self, run, entry, stream):
-        """One launch timed with the program's own code or the evolved code, in turn, up
-        to ``timed`` each; the evolved code stays in for the launches after."""
+    def _timed(self, run, entry, stream, sizes: tuple = ()):
+        """One launch timed with the program's own code or the evolved code, in turn at
+        each of its ``sizes``, up to ``timed`` each; the evolved code stays in for the
+        launches after."""
         holder, key, old, new, name = entry
-        times = self.timings.setdefault(name, {"own": [], "evolved": []})
+        times = self.timings.setdefault(name, {}).setdefault(sizes, {"own": [], "evolved": []})
         code = "own" if len(times["own"]) <= len(times["evolved"]) else "evolved"
         if len(times[code]) >= self.timed:
             return run()
@@ -96,16 +106,22 @@ class ProgramCheck(LaunchHook):
         return result
 
     def times_us(self) -> dict[str, dict]:
-        """Per kernel name: median µs of a launch of each code in the program, the launches timed."""
+        """Per kernel name: µs of a launch of each code in the program (at each size the
+        median of its launches, sizes weighted by the launches timed at each), and the
+        launches timed of each code."""
         import statistics
 
         out = {}
-        for name, times in self.timings.items():
-            n = min(len(times["own"]), len(times["evolved"]))
-            if n:
-                out[name] = {"own_us": elapsed_us(times["own"][:n], statistics.median),
-                             "evolved_us": elapsed_us(times["evolved"][:n], statistics.median),
-                             "timed": n}
+        for name, per_size in self.timings.items():
+            own = evolved = timed = 0
+            for times in per_size.values():
+                n = min(len(times["own"]), len(times["evolved"]))
+                if n:
+                    own += n * elapsed_us(times["own"][:n], statistics.median)
+                    evolved += n * elapsed_us(times["evolved"][:n], statistics.median)
+                    timed += n
+            if timed:
+                out[name] = {"own_us": own / timed, "evolved_us": evolved / timed, "timed": timed}
         return out
 
     def __exit__(self, *exc):
