@@ -393,3 +393,29 @@ def test_verify_times_the_two_codes_in_turn_at_each_size(monkeypatch):
         program_check._timed(lambda: None, entry, None, (("xnumel", size["now"]),))
     assert program_check.times_us() == {"k": {"own_us": 15.0, "evolved_us": 13.5, "timed": 8}}
     assert holder["function"] == "new"  # the evolved code stays in
+
+
+@needs_ptxas
+def test_the_plan_leaves_out_what_verify_found_differing_or_slower_in_the_program(tmp_path):
+    """evo verify keeps its verdicts in the run folder; evo.install then leaves out a best
+    that differed from its own code on the program's data or ran slower there (for that
+    same best only), while verify itself checks every best anew."""
+    from evo.model.install import VERIFIED
+
+    run = _decoder_run(tmp_path / "run", "maxnreg(n=32)")
+    name = capture.read(DECODER)["kernels"][0]["name"]
+
+    def choice(verdict, **kw):
+        (run / VERIFIED).write_text(json.dumps({"kernels": {name: verdict}}))
+        return {c.name: c for c in plan(DECODER, run, **kw)}[name]
+
+    timed = {"genome": "maxnreg(n=32)", "agree": True, "timed": 6}
+    assert choice(timed | {"own_us": 10.0, "evolved_us": 9.0}).cubin is not None
+    slower = choice(timed | {"own_us": 10.0, "evolved_us": 10.5})
+    assert slower.cubin is None and slower.reason.startswith("slower in the program: 10.00 us -> 10.50 us")
+    assert choice(timed | {"own_us": 10.0, "evolved_us": 10.5}, verified=False).cubin is not None
+    differs = choice({"genome": "maxnreg(n=32)", "agree": False, "worst": "out_ptr1: 3 elements"})
+    assert differs.cubin is None and "differing from its own code" in differs.reason
+    other_best = choice(timed | {"genome": "maxnreg(n=64)", "own_us": 10.0, "evolved_us": 12.0})
+    assert other_best.cubin is not None  # a verdict on another best says nothing of this one
+    assert choice(timed | {"own_us": 10.0, "evolved_us": 10.5, "timed": 2}).cubin is not None

@@ -212,7 +212,7 @@ def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECK
     from evo.model.program import need_torch, program_argv, run_program
 
     program_argv(command)  # a bad command line fails before torch is imported
-    choices = plan(capture_dir, run_dir)
+    choices = plan(capture_dir, run_dir, verified=False)  # every best, checked anew
     need_torch("evo verify")
     manifest = read(capture_dir)
     specs = {k["source"]["kernel"]: k["kernel_spec"] for k in manifest["kernels"]}
@@ -236,13 +236,30 @@ def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECK
             "refused": check.finder.refused.get(c.kernel, ""),
             "graphed": c.kernel in check.graphed,
             "not_found": check.finder.not_found(c.kernel)}
+    _keep_verdicts(run_dir, command, kernels)
     return {"status": status, "kernels": kernels, "not_installed": not_installed,
             "triton_gpu_us": manifest.get("triton_gpu_us")}
+
+
+def _keep_verdicts(run_dir, command: list[str], kernels: dict) -> None:
+    """The verdicts in the run folder (``install.VERIFIED``), so that ``evo.install``
+    leaves out a kernel that differed or ran slower in the program."""
+    import json
+    from pathlib import Path
+
+    from evo.model.install import VERIFIED
+    from evo.rundir import write_atomic
+
+    keep = ("genome", "agree", "checked", "worst", "own_us", "evolved_us", "timed", "launched")
+    write_atomic(Path(run_dir) / VERIFIED, json.dumps({"program": " ".join(command), "kernels": {
+        name: {key: k.get(key) for key in keep} for name, k in kernels.items()}}, indent=1) + "\n")
 
 
 def cmd_verify(args) -> int:
     """``evo verify``: 0 when every installed kernel was launched and agreed, 1 when one
     differed or none could be checked, else the program's own failing status."""
+    from evo.model.install import SLOWER
+
     check_args(args)
     verdict = verify_program(args.program, args.model, args.run, args.checks, args.timed)
     print(f"evo verify: {args.run}'s best kernels in the program, checked against its own "
@@ -262,9 +279,11 @@ def cmd_verify(args) -> int:
             if k.get("timed", 0) >= MIN_TIMED:
                 saved += (k["own_us"] - k["evolved_us"]) * k["launched"]
                 own += k["own_us"] * k["launched"]
+                slower = k["evolved_us"] > SLOWER * k["own_us"]
                 print(f"    in the program: {k['own_us']:.2f} us -> {k['evolved_us']:.2f} us a "
                       f"launch ({k['own_us'] / k['evolved_us']:.3f}x; medians of {k['timed']} "
-                      f"launches of each code, in turn), {k['launched']} launches in this run")
+                      f"launches of each code, in turn), {k['launched']} launches in this run"
+                      + ("; slower here: evo.install leaves it out" if slower else ""))
             elif args.timed and k.get("graphed"):
                 print("    not timed: its launches after the checked ones run inside a CUDA "
                       "graph (recorded with the evolved code), where no launch is timed alone")

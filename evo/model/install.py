@@ -53,8 +53,14 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
-    """One Choice per kernel of the capture (module docstring)."""
+VERIFIED = "verified.json"  # evo verify's verdicts, in the run folder
+SLOWER = 1.01  # evolved code slower than its own by more than this in the program: left out
+
+
+def plan(capture_dir, run_dir, arch: str | None = None, verified: bool = True) -> list[Choice]:
+    """One Choice per kernel of the capture (module docstring). ``verified``: leave out
+    the kernels ``evo verify`` found differing from their own code on the program's data,
+    or slower than it there (its ``verified.json`` in the run folder, for the same best)."""
     from genomes.genome import Genome
     from harness.compile import compile_ptx
 
@@ -71,6 +77,7 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
     except (OSError, ValueError, KeyError):
         known = {}
     baseline_key = Genome().dumps()
+    verdicts = _verdicts(run) if verified else {}
     groups = same_code(manifest["kernels"])
     choices = []
     for k in manifest["kernels"]:
@@ -102,6 +109,10 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
                                  f"dynamic shapes) and runs at any size: {unchecked}")
                 continue
             choice.scalars = {}  # found at whichever size it runs first
+        in_program = _in_program(verdicts.get(k["name"]), choice.genome)
+        if in_program:
+            choice.reason = in_program
+            continue
         launch = best.with_suffix(".launch.json")
         if launch.is_file():
             shape = json.loads(launch.read_text())
@@ -125,6 +136,29 @@ def plan(capture_dir, run_dir, arch: str | None = None) -> list[Choice]:
             choice.reason = (f"one code at every size: {evolved.name}'s, installed with it "
                              "(checked at this size too)")
     return choices
+
+
+def _verdicts(run: Path) -> dict:
+    """evo verify's verdicts per kernel in ``run`` ({} where it has not run)."""
+    try:
+        return json.loads((run / VERIFIED).read_text()).get("kernels", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _in_program(verdict: dict | None, genome: str) -> str:
+    """Why evo verify's verdict on this best (its genome) leaves it out; "" to install."""
+    from evo.model.check import MIN_TIMED
+
+    if not verdict or verdict.get("genome") != genome:
+        return ""
+    if verdict.get("agree") is False:
+        return f"evo verify found it differing from its own code on the program's data: {verdict.get('worst')}"
+    own, evolved = verdict.get("own_us"), verdict.get("evolved_us")
+    if verdict.get("timed", 0) >= MIN_TIMED and own and evolved and evolved > SLOWER * own:
+        return (f"slower in the program: {own:.2f} us -> {evolved:.2f} us a launch "
+                f"({own / evolved:.3f}x, evo verify)")
+    return ""
 
 
 def _unchecked_sizes(group: list[str], name: str, checked: dict, genome_file: Path) -> str:
