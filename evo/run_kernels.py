@@ -63,9 +63,9 @@ def _installable(folder: Path, kernels: list[dict]) -> list[KernelSpec]:
     groups = same_code(kernels)
     single = [k["name"] for k in kernels if len(groups.get(k["name"], ())) == 1]
     for names in sorted({tuple(n) for n in groups.values() if len(n) > 1}):
-        print(f"evo: {folder}: {names[0]} is compiled for dynamic shapes (its code reads its "
-              f"sizes): evolved once, its best checked at its {len(names)} captured sizes "
-              "before it is installed", file=sys.stderr)
+        print(f"evo: {folder}: {names[0]}'s code runs at {len(names)} captured sizes from one "
+              "launcher: evolved once, its best checked at each before it is installed",
+              file=sys.stderr)
     if single:
         print(f"evo: {folder}: {len(single)} kernel(s) left out, compiled for dynamic shapes "
               "and captured at one size (their code runs at any size: a check at one is too "

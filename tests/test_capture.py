@@ -247,10 +247,27 @@ def test_a_dynamic_kernel_captured_at_two_sizes_is_evolved_once_and_knows_its_ot
     (cap / capture.MANIFEST).write_text(json.dumps(data))
     specs = resolve_suite([str(cap)])
     assert [s.name for s in specs] == [k["name"] for k in data["kernels"] if k is not other]
-    assert f"{one['name']} is compiled for dynamic shapes" in capsys.readouterr().err
+    assert f"{one['name']}'s code runs at 2 captured sizes from one launcher" in capsys.readouterr().err
     evolved = next(s for s in specs if s.name == one["name"])
     assert [s.name for s in capture.other_sizes(evolved)] == [other["name"]]
     assert capture.other_sizes(specs[0]) == []  # a static kernel has no other sizes
+
+
+def test_a_code_that_does_not_read_its_sizes_but_runs_at_two_is_one_kernel_too(tmp_path):
+    """A pointwise kernel whose block divides both sizes runs unmasked: its code reads no
+    size, yet one launcher runs it at both (dynamic=True, H200): one kernel to evolve and
+    check at each size, as a dynamic one; a static kernel at one size stays apart."""
+    from evo.run_kernels import resolve_suite
+
+    cap = tmp_path / "cap"
+    shutil.copytree(DECODER, cap)
+    data = json.loads((cap / capture.MANIFEST).read_text())
+    one, other = data["kernels"][1], data["kernels"][2]
+    other["source"] = dict(one["source"])
+    (cap / capture.MANIFEST).write_text(json.dumps(data))
+    groups = capture.same_code(data["kernels"])
+    assert groups == {one["name"]: [one["name"], other["name"]], other["name"]: [one["name"], other["name"]]}
+    assert [s.name for s in resolve_suite([str(cap)])] == [k["name"] for k in data["kernels"] if k is not other]
 
 
 def test_a_run_on_a_capture_leaves_out_the_kernels_compiled_for_dynamic_shapes(tmp_path, capsys):

@@ -419,3 +419,28 @@ def test_the_plan_leaves_out_what_verify_found_differing_or_slower_in_the_progra
     other_best = choice(timed | {"genome": "maxnreg(n=64)", "own_us": 10.0, "evolved_us": 12.0})
     assert other_best.cubin is not None  # a verdict on another best says nothing of this one
     assert choice(timed | {"own_us": 10.0, "evolved_us": 10.5, "timed": 2}).cubin is not None
+
+
+@needs_ptxas
+def test_a_code_one_launcher_runs_at_two_sizes_is_installed_once_checked_at_both(tmp_path):
+    """Its code reads no size, yet the capture saw it at two (one launcher): installed like
+    a dynamic kernel, only with its best checked at the other size, matched at either."""
+    import shutil
+
+    cap = tmp_path / "cap"
+    shutil.copytree(DECODER, cap)
+    data = json.loads((cap / capture.MANIFEST).read_text())
+    one, other = data["kernels"][0], data["kernels"][1]
+    other["source"] = dict(one["source"])
+    (cap / capture.MANIFEST).write_text(json.dumps(data))
+    spec = capture.read(cap)["kernels"][0]["kernel_spec"]
+    run = tmp_path / "run"
+    _best(run, spec, "maxnreg(n=32)")
+    (run / "checkpoint.json").write_text(json.dumps({"kernels": {}}))
+    unchecked = {c.name: c for c in plan(cap, run)}[one["name"]]
+    assert unchecked.cubin is None
+    assert unchecked.reason.startswith("one launcher runs its code at 2 captured sizes: its best was not checked")
+    (run / "checkpoint.json").write_text(json.dumps({"kernels": {spec.name: {"sizes": {
+        "genome": parse_inline("maxnreg(n=32)").to_json(), other["name"]: {"valid": True}}}}}))
+    checked = {c.name: c for c in plan(cap, run)}[one["name"]]
+    assert checked.cubin is not None and checked.scalars == {}

@@ -314,15 +314,19 @@ def read_at_run_time(spec, ptx: str) -> list[str]:
 
 
 def same_code(kernels: list[dict]) -> dict[str, list[str]]:
-    """A capture's kernels compiled for dynamic shapes, by the code they share: one launcher
-    runs one code at every size, and the capture holds an entry per size it saw. Each such
-    kernel's name -> the names of every entry with its code, in manifest order (the
-    largest share first: the one ``evo run --model`` evolves)."""
+    """A capture's kernels that one launcher runs at several sizes, by the code they
+    share: a kernel compiled for dynamic shapes (its code reads its sizes), or one whose
+    code does not depend on them (a pointwise kernel whose block divides every size runs
+    unmasked), captured once per size it ran at. Each such kernel's name -> the names of
+    every entry with its code, in manifest order (the largest share first: the one
+    ``evo run --model`` evolves). A kernel captured at one size that does not read its
+    sizes is not in it."""
     groups: dict[tuple, list[str]] = {}
+    reads = {k["name"] for k in kernels if k.get("reads_sizes")}
     for k in kernels:
-        if k.get("reads_sizes"):
-            groups.setdefault((k["source"]["kernel"], k["source"].get("cache_hash")), []).append(k["name"])
-    return {name: names for names in groups.values() for name in names}
+        groups.setdefault((k["source"]["kernel"], k["source"].get("cache_hash")), []).append(k["name"])
+    return {name: names for names in groups.values() for name in names
+            if len(names) > 1 or name in reads}
 
 
 def other_sizes(spec) -> list:

@@ -101,12 +101,15 @@ def plan(capture_dir, run_dir, arch: str | None = None, verified: bool = True) -
             choice.reason = "the baseline stayed best"
             continue
         sizes = read_at_run_time(spec, captured)
-        if sizes:  # one code, one launcher, every size: checked at every captured size
-            unchecked = _unchecked_sizes(groups.get(k["name"], [k["name"]]), k["name"],
-                                         known.get(spec.name, {}).get("sizes") or {}, genome_file)
+        group = groups.get(k["name"], [k["name"]])
+        if sizes or len(group) > 1:  # one code, one launcher, several sizes: checked at each
+            unchecked = _unchecked_sizes(group, k["name"], known.get(spec.name, {}).get("sizes") or {},
+                                         genome_file)
             if unchecked:
-                choice.reason = (f"its code reads {', '.join(sizes)} at run time (compiled for "
-                                 f"dynamic shapes) and runs at any size: {unchecked}")
+                runs = (f"its code reads {', '.join(sizes)} at run time (compiled for dynamic "
+                        "shapes) and runs at any size" if sizes else
+                        f"one launcher runs its code at {len(group)} captured sizes")
+                choice.reason = f"{runs}: {unchecked}"
                 continue
             choice.scalars = {}  # found at whichever size it runs first
         in_program = _in_program(verdicts.get(k["name"]), choice.genome)
