@@ -258,7 +258,7 @@ def _runner_with(kernel):
     bufs = {p.name: arena[slice(offsets[p.name], offsets[p.name] + p.nbytes + gate.CANARY_BYTES)]
             for p in spec.buffers()}
     runner.buffers = lambda s: bufs
-    runner.function = lambda cubin, entry: None
+    runner.function = lambda cubin, entry, shared_mem=0: None
     runner.judged_on_device = lambda s: False  # host arrays: the NumPy path of the gate
 
     def baseline_outputs(request, seed):

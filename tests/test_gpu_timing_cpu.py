@@ -55,7 +55,7 @@ class FakeRunner:
         assert grid == block == (1, 1, 1) and args[1] == self.settle_out
         self.events.append(f"settle {args[0]}")
 
-    def function(self, cubin, entry):
+    def function(self, cubin, entry, shared_mem=0):
         self.entries.append(entry)
         return "fn"
 
