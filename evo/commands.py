@@ -14,6 +14,7 @@ from pathlib import Path
 from genomes.errors import EvoError, RuntimeFailure
 
 from evo import exit_codes, json_output
+from evo.checkpoint import LLM
 from evo.kernel_args import kernel_launch, kernel_ptx, parse, write_output
 
 
@@ -377,10 +378,10 @@ def cmd_show(args) -> int:
     results = results_from_checkpoint(rundir, strategy)
     if args.json:
         return json_output.emit(json_output.show_doc(rundir, strategy, results,
-                                                     rundir.read_checkpoint().get("llm")))
+                                                     rundir.read_checkpoint().get(LLM)))
     print(render_table(results))
     checkpoint = rundir.read_checkpoint()
-    for line in llm_lines(checkpoint.get("llm")) + reduced_lines(checkpoint):
+    for line in llm_lines(checkpoint.get(LLM)) + reduced_lines(checkpoint):
         print(line)
     return exit_codes.OK
 

@@ -25,7 +25,8 @@ import queue
 import threading
 from collections.abc import Callable
 
-SECTIONS = ("kernels", "priors", "seconds", "reduced")  # the per-kernel entries of a checkpoint
+from evo.checkpoint import PER_KERNEL
+
 
 
 class Stopped(Exception):
@@ -116,7 +117,7 @@ class KernelLedger:
         self.name, self._checkpoint, self._write, self._lock = name, checkpoint, write, lock
         with lock:  # a copy: no other thread ever changes what this kernel's search reads
             self.checkpoint = {s: ({name: copy.deepcopy(checkpoint[s][name])}
-                                   if name in checkpoint.get(s, {}) else {}) for s in SECTIONS}
+                                   if name in checkpoint.get(s, {}) else {}) for s in PER_KERNEL}
         self._pending: list[dict] = []
 
     def events(self, events: list[dict]) -> None:
@@ -131,7 +132,7 @@ class KernelLedger:
     def hand_over(self) -> list[dict]:
         """This kernel's entries copied into the run's checkpoint; its held events, for
         the caller to write with it (the caller holds the run's lock)."""
-        for section in SECTIONS:
+        for section in PER_KERNEL:
             if self.name in self.checkpoint[section]:
                 self._checkpoint.setdefault(section, {})[self.name] = copy.deepcopy(
                     self.checkpoint[section][self.name])

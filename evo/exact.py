@@ -56,9 +56,10 @@ def choose(best_key: str, best: dict, candidates: dict[str, dict], slack: float)
                  f"({str(Genome.from_json(json.loads(best_key)))}, which rounds differently)")
 
 
-def prefer_exact(result, saved: dict, measure, slack: float, on_events) -> bool:
+def prefer_exact(result, saved, measure, slack: float, on_events) -> bool:
     """Apply the module docstring's choice to ``result`` (``evo.search.KernelResult``):
-    ``saved`` is the kernel's checkpoint entry, ``measure(genomes) -> Measurements``.
+    ``saved`` is the kernel's checkpoint entry (``evo.checkpoint.KernelEntry``),
+    ``measure(genomes) -> Measurements``.
     False where the best already has the baseline's outputs (nothing to choose)."""
     from evo.search import summary
 
@@ -66,18 +67,18 @@ def prefer_exact(result, saved: dict, measure, slack: float, on_events) -> bool:
     best_key, best = best_genome.dumps(), result.best
     if best is None or is_exact(best) or not best.get("valid"):
         return False
-    done = saved.get("exact")
+    done = saved.exact
     if done is None or done["from"] != best_key or done["slack"] != slack:
         twin = exact_twin(best_genome)
         twin_key = twin.dumps()
-        candidates = dict(saved.get("known", {}))
+        candidates = dict(saved.known)
         if twin_key not in candidates:
             candidates[twin_key] = summary(measure([twin])[0])
         kept, reason = choose(best_key, best, candidates, slack)
         done = {"from": best_key, "slack": slack, "twin": twin_key,
                 "twin_result": candidates[twin_key], "kept": kept, "reason": reason,
                 "kept_result": candidates[kept] if kept != best_key else None}
-        saved["exact"] = done
+        saved.exact = done
         on_events([{"type": "exact", "kernel": result.kernel, **done}])
     if done["kept"] != best_key:
         result.best_genome = json.loads(done["kept"])

@@ -11,6 +11,7 @@ import json
 import sys
 
 from evo import exit_codes
+from evo.checkpoint import REDUCED
 
 
 def emit(doc) -> int:
@@ -101,7 +102,7 @@ def show_doc(rundir, strategy: str, results, llm: dict | None) -> dict:
     checkpoint = rundir.read_checkpoint() if rundir.has_checkpoint() else {}
     for r in results:
         static = report.is_static(r)
-        reduced = checkpoint.get("reduced", {}).get(r.kernel)
+        reduced = checkpoint.get(REDUCED, {}).get(r.kernel)
         kernels.append({
             "kernel": r.kernel, "baseline": _checked(r.baseline, static),
             "best": _checked(r.best, static),

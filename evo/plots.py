@@ -14,6 +14,8 @@ from pathlib import Path
 
 from genomes.errors import EvoError
 
+from evo.checkpoint import LLM
+from evo.checkpoint import kernels as kernel_entries
 from evo.rundir import RunDir, write_atomic
 
 STATIC_NOTE = "static estimate, not measured (no GPU)"
@@ -168,9 +170,9 @@ def best_speedups(run: RunDir) -> tuple[dict[str, float], bool, set[str]]:
         cycles = [e["cycles"] for e in s["evals"] if e["valid"] and e["cycles"]]
         if s["baseline"] and cycles:
             out[name] = s["baseline"] / min(cycles)
-    kernels = run.read_checkpoint().get("kernels", {}) if run.has_checkpoint() else {}
-    for name, data in kernels.items():
-        c = data.get("confirmed") or {}
+    entries = kernel_entries(run.read_checkpoint()) if run.has_checkpoint() else {}
+    for name, entry in entries.items():
+        c = entry.confirmed or {}
         if c.get("baseline") and c.get("best"):
             out[name] = c["baseline"] / c["best"]
             again.add(name)
@@ -226,7 +228,7 @@ def plot_runs(paths: list[Path]) -> list[Path]:
             written.append(plot_kernel(name, kernel, run.path / "plots" / f"{name}.png"))
     written.append(plot_summary(runs, runs[0].path / "plots" / "summary.png"))
     for run in runs:
-        llm = run.read_checkpoint().get("llm") if run.has_checkpoint() else None
+        llm = run.read_checkpoint().get(LLM) if run.has_checkpoint() else None
         if llm and llm.get("calls", 0) + llm.get("cached", 0):
             written.append(plot_llm_funnel(llm, run.path / "plots" / "llm_funnel.png"))
     return written

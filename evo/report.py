@@ -12,6 +12,8 @@ import json
 from genomes.genome import Genome
 
 from evo import kernel_run, strategies
+from evo.checkpoint import REDUCED, SECONDS
+from evo.checkpoint import kernels as kernel_entries
 from evo.rundir import RunDir
 from evo.search import KernelResult
 
@@ -22,22 +24,21 @@ def results_from_checkpoint(run: RunDir, strategy_name: str) -> list[KernelResul
     checkpoint = run.read_checkpoint()
     strategy = strategies.get(strategy_name)
     out = []
-    for kernel, data in checkpoint["kernels"].items():
-        genome_json, _ = strategy.best(data["state"])
+    for kernel, entry in kernel_entries(checkpoint).items():
+        genome_json, _ = strategy.best(entry.state)
         key = Genome.from_json(genome_json).effective().dumps()
-        best = data["known"].get(key)
-        exact = data.get("exact")
+        best = entry.known.get(key)
+        exact = entry.exact
         if exact and exact["from"] == key and exact["kept"] != key:  # evo.exact's choice
             key, best = exact["kept"], exact["kept_result"]
             genome_json = json.loads(key)
-        finalist = data.get("finalist")
+        finalist = entry.finalist
         if finalist and finalist["kept"] != key:  # the search's best failed the finalist check
             key = finalist["kept"]
             genome_json = json.loads(key)
-            best = data["known"].get(key)
-        out.append(KernelResult(kernel, data["known"].get(Genome().dumps()), genome_json,
-                                best, data["evals"],
-                                data["state"].get("generation", 0), data.get("confirmed")))
+            best = entry.known.get(key)
+        out.append(KernelResult(kernel, entry.baseline, genome_json, best, entry.evals,
+                                entry.state.get("generation", 0), entry.confirmed))
     return out
 
 
@@ -192,8 +193,8 @@ def llm_lines(stats: dict | None) -> list[str]:
 def finalist_lines(checkpoint: dict) -> list[str]:
     """What the finalist check (``evo.run._check_finalist``) said of each kernel's best."""
     lines = []
-    for kernel, data in checkpoint.get("kernels", {}).items():
-        f = data.get("finalist")
+    for kernel, entry in kernel_entries(checkpoint).items():
+        f = entry.finalist
         if not f:
             continue
         kept = Genome.from_json(json.loads(f["kept"]))
@@ -218,15 +219,15 @@ TIME_STEPS = ("search", *SEARCH_PARTS, "exact", "finalist check", "reduce", "mea
 def exact_lines(checkpoint: dict) -> list[str]:
     """Where a best genome rounds differently from the baseline, what ``evo.exact`` kept."""
     lines = []
-    for kernel, data in checkpoint.get("kernels", {}).items():
-        e = data.get("exact")
+    for kernel, entry in kernel_entries(checkpoint).items():
+        e = entry.exact
         if not e:
             continue
         best = Genome.from_json(json.loads(e["from"]))
         if e["kept"] != e["from"]:
             lines.append(f"- {kernel}: kept {Genome.from_json(json.loads(e['kept']))}: {e['reason']}")
         else:
-            err = data["known"].get(e["from"], {}).get("max_rel_err")
+            err = entry.known.get(e["from"], {}).get("max_rel_err")
             lines.append(f"- {kernel}: the best, {best}, rounds differently from the baseline "
                          f"(largest relative error {err:.3g}), kept: {e['reason']}"
                          if err else f"- {kernel}: kept {best}: {e['reason']}")
@@ -240,7 +241,7 @@ def reduced_lines(checkpoint: dict) -> list[str]:
     """Each best genome reduced to the genes that matter (``evo.reduce``): without those
     whose removal leaves its machine code, and on a GPU its time within the noise."""
     lines, timed = [], False
-    for kernel, r in checkpoint.get("reduced", {}).items():
+    for kernel, r in checkpoint.get(REDUCED, {}).items():
         noisy = r.get("within_noise", [])
         same = [g for g in r.get("dropped", []) if g not in noisy]
         why = ([f"{', '.join(same)}: the same machine code without them"] if same else []) + (
@@ -261,7 +262,7 @@ def reduced_lines(checkpoint: dict) -> list[str]:
 
 def time_lines(checkpoint: dict) -> list[str]:
     """Where the run's time went: each kernel's steps in wall seconds (``evo.run._Seconds``)."""
-    rows = [(kernel, sec) for kernel, sec in checkpoint.get("seconds", {}).items() if sec]
+    rows = [(kernel, sec) for kernel, sec in checkpoint.get(SECONDS, {}).items() if sec]
     if not rows:
         return []
     steps = [s for s in TIME_STEPS if any(s in sec for _, sec in rows)]
@@ -295,7 +296,7 @@ def memory_lines(results: list[KernelResult], checkpoint: dict) -> list[str]:
     GB/s against a device copy of the same bytes timed the same way (the roofline,
     ``harness.gpu.timing.copy_gbps``), the caches, and the peer's time where it ran."""
     lines = []
-    kernels = checkpoint.get("kernels", {})
+    entries = kernel_entries(checkpoint)
     for r in results:
         base, best = _rate(r.baseline), _rate(r.best)
         if base is None:
@@ -304,7 +305,7 @@ def memory_lines(results: list[KernelResult], checkpoint: dict) -> list[str]:
         line = (f"- {r.kernel}: {s['bytes_moved'] / 1e6:.1f} MB moved per launch, caches "
                 f"{s.get('caches', '?')}; copy of the same bytes {s.get('copy_gbps', 0):.0f} "
                 f"GB/s; baseline {base}; best {best or '-'}")
-        peer = kernels.get(r.kernel, {}).get("peer")
+        peer = entries[r.kernel].peer if r.kernel in entries else None
         if peer and peer.get("peer_us"):
             us = (r.best or {}).get("us_per_launch") if best else None
             versus = f", best {peer['peer_us'] / us:.2f}x the peer's speed" if us else ""

@@ -23,6 +23,8 @@ from harness.kernels.spec import KernelSpec, with_caches
 
 from evo import config as config_mod
 from evo import report, runmeta, strategies
+from evo.checkpoint import BACKEND, EVENTS_BYTES, LLM, PRIORS, REDUCED, SECONDS, KernelEntry, section
+from evo.checkpoint import kernel as kernel_entry
 from evo.config import Config
 from evo.driver import AUTO_JOBS_PER_SLOT, GpuTurns, KernelLedger, each_kernel, jobs_for
 from evo.exact import prefer_exact
@@ -53,7 +55,7 @@ def resume_run(path: Path, overrides: dict, from_previous: bool = False
     config = saved.override("run", **overrides) if overrides else saved
     if run.has_checkpoint():
         checkpoint = run.read_checkpoint(use_previous=from_previous)
-        covered = checkpoint.get("events_bytes")  # None: written before evo recorded it
+        covered = checkpoint.get(EVENTS_BYTES)  # None: written before evo recorded it
     else:
         checkpoint, covered = new_checkpoint(config), 0  # starts over: every row comes again
     problem = check_resumable(checkpoint, config)
@@ -112,7 +114,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
                            cluster_compile=config.cluster.compile,
                            device=config.run.device or None, seed=config.run.seed,
                            timing=config.to_dict()["timing"])
-    checkpoint.setdefault("backend", backend.describe())
+    checkpoint.setdefault(BACKEND, backend.describe())
     evaluator = Evaluator(backend, store)
     progress = Progress(len(kernels), verbosity)
     progress.note(f"run folder {run.path}; measuring with {backend.describe()}")
@@ -133,7 +135,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     def write(events: list[dict]) -> None:  # under the lock (KernelLedger.save)
         run.append_events(events)  # before the checkpoint, so it covers them (events_bytes)
         if llm is not None:
-            checkpoint["llm"] = llm.stats()
+            checkpoint[LLM] = llm.stats()
         run.write_checkpoint(checkpoint)
 
     # Every kernel's prior from the store as it stands before this run's searches, saved at
@@ -160,12 +162,12 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         ledger = ledgers[spec.name]
         config_k = config.override("run", max_evals=budgets[spec.name]) if budgets else config
         bar = progress.start_kernel(spec.name, _total_generations(config), slot)
-        prior = ledger.checkpoint["priors"].get(spec.name)
+        prior = ledger.checkpoint[PRIORS].get(spec.name)
         start = time.perf_counter()
         measuring = KernelRun(spec, evaluator, stop, turns, [_BarObserver(bar)])
         result = search_kernel(measuring, ledger, config_k, llm=llm, prior=prior,
                                on_generation=bar.generation)
-        saved = ledger.checkpoint["kernels"][spec.name]
+        saved = kernel_entry(ledger.checkpoint, spec.name)
         spent = _Seconds(ledger.checkpoint, spec.name, lock)
         spent.add("search", start)
         spent.add_parts(measuring.seconds)
@@ -185,7 +187,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             spent.add("reduce", start)
         _write_best(run, spec, result)
         if config.run.confirm and backend.remeasures:
-            start, before = time.perf_counter(), saved.get("confirmed")
+            start, before = time.perf_counter(), saved.confirmed
             with turns.shared():
                 result.confirmed = confirm(backend, spec, result, saved)
             spent.add("measured again", start)
@@ -193,19 +195,19 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
                 ledger.events([{"type": "confirm", "kernel": spec.name, **result.confirmed}])
             ledger.save()
         others = [with_caches(s, config.run.caches) for s in other_sizes(spec)]
-        if others and backend.remeasures and saved.get("sizes", {}).get("genome") != result.best_genome:
+        if others and backend.remeasures and (saved.sizes or {}).get("genome") != result.best_genome:
             start = time.perf_counter()
             with turns.shared():
-                saved["sizes"] = at_other_sizes(evaluator, result, others)
+                saved.sizes = at_other_sizes(evaluator, result, others)
             spent.add("other sizes", start)
-            failed = [n for n, s in saved["sizes"].items() if n != "genome" and not s["valid"]]
+            failed = [n for n, s in saved.sizes.items() if n != "genome" and not s["valid"]]
             progress.note(f"{spec.name}: its best at its other captured sizes: "
                           + (f"failed at {', '.join(failed)}" if failed else "passes at each"))
-        if backend.remeasures and spec.peer and "peer" not in saved:
+        if backend.remeasures and spec.peer and saved.peer is None:
             progress.note(f"{spec.name}: timing its peer {spec.peer}")
             start = time.perf_counter()
             with turns.alone():
-                saved["peer"] = peer_or_reason(spec, config.run.gpus[0])
+                saved.peer = peer_or_reason(spec, config.run.gpus[0])
             spent.add("peer", start)
         ledger.save()  # the steps' seconds, the peer
         bar.end(result)
@@ -224,7 +226,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         store.close()
     progress.close()
     run.write_text("report.md", report.render_report(run, results, backend.describe(),
-                                                     checkpoint.get("llm"))
+                                                     checkpoint.get(LLM))
                    + "".join(f"{line}\n" for line in learn_source.report_lines(checkpoint)))
     return results
 
@@ -236,11 +238,11 @@ def _reduce(spec: KernelSpec, result, checkpoint: dict, code_keys, measure=None)
     from evo.reduce import reduced_entry
 
     best = Genome.from_json(result.best_genome)
-    section = checkpoint.setdefault("reduced", {})
-    done = section.get(spec.name)
+    reduced = section(checkpoint, REDUCED)
+    done = reduced.get(spec.name)
     if not best.genes or (done and Genome.from_json(done["from"]) == best):
         return False
-    section[spec.name] = reduced_entry(best, code_keys, measure)
+    reduced[spec.name] = reduced_entry(best, code_keys, measure)
     return True
 
 
@@ -253,7 +255,7 @@ class _Seconds:
     def __init__(self, checkpoint: dict, kernel: str, lock: threading.Lock):
         self.lock = lock  # other kernels' threads write the checkpoint meanwhile
         with lock:
-            self.seconds = checkpoint.setdefault("seconds", {}).setdefault(kernel, {})
+            self.seconds = section(checkpoint, SECONDS).setdefault(kernel, {})
 
     def add(self, step: str, start: float) -> None:
         self.add_parts({step: time.perf_counter() - start})
@@ -264,7 +266,7 @@ class _Seconds:
                 self.seconds[step] = round(self.seconds.get(step, 0.0) + seconds, 3)
 
 
-def confirm(backend, spec: KernelSpec, result, saved: dict) -> dict:
+def confirm(backend, spec: KernelSpec, result, saved: KernelEntry) -> dict:
     """The kernel's baseline and best measured again, back to back (in one worker where the
     run has one GPU; with several, each goes to the first idle one), with a store of their
     own so nothing is answered from earlier figures; kept in the kernel's checkpoint entry
@@ -278,7 +280,7 @@ def confirm(backend, spec: KernelSpec, result, saved: dict) -> dict:
     from harness.evaluate import Evaluator
     from harness.store import Store
 
-    done = saved.get("confirmed")
+    done = saved.confirmed
     if done and done.get("genome") == result.best_genome:
         return done
     genome = Genome.from_json(result.best_genome)
@@ -289,12 +291,12 @@ def confirm(backend, spec: KernelSpec, result, saved: dict) -> dict:
             best = fresh.evaluate(spec, [genome])[0] if genome.genes else base
         finally:
             fresh.close()
-    saved["confirmed"] = {
+    saved.confirmed = {
         "genome": result.best_genome,
         "baseline": base.cycles if base.valid else None,
         "best": best.cycles if best.valid else None,
         "reason": "" if best.valid and base.valid else (best.reason if base.valid else base.reason)}
-    return saved["confirmed"]
+    return saved.confirmed
 
 
 def at_other_sizes(evaluator, result, others: list[KernelSpec]) -> dict:
@@ -322,8 +324,8 @@ def _llm_mutator(config: Config, run: RunDir, store, checkpoint: dict):
 
     mutator = LlmMutator(config.llm, run.path / "llm", store)
     mutator.check()
-    if "llm" in checkpoint:
-        mutator.restore(checkpoint["llm"])
+    if LLM in checkpoint:
+        mutator.restore(checkpoint[LLM])
     return mutator
 
 
@@ -344,7 +346,7 @@ class _BarObserver(Observer):
 FINALIST_TRIES = 3  # the best and at most two runners-up go under compute-sanitizer
 
 
-def _check_finalist(spec: KernelSpec, result, saved: dict, on_events) -> None:
+def _check_finalist(spec: KernelSpec, result, saved: KernelEntry, on_events) -> None:
     """The best genome checked harder (``harness.gpu.finalist``: compute-sanitizer memcheck
     and racecheck, a static .nc check, two runs bitwise identical) before it is written
     to best/. A failure demotes it: the next best valid genome is checked, and so on (at
@@ -353,9 +355,9 @@ def _check_finalist(spec: KernelSpec, result, saved: dict, on_events) -> None:
     (``finalist``): report.md quotes it, ``evo show`` and a resume use the kept genome."""
     from harness.gpu.finalist import check_finalist
 
-    done = saved.get("finalist")
+    done = saved.finalist
     if done is None:
-        ranked = sorted(((s["cycles"], key) for key, s in saved.get("known", {}).items()
+        ranked = sorted(((s["cycles"], key) for key, s in saved.known.items()
                          if s.get("valid") and s.get("cycles") is not None), key=lambda t: t[0])
         first = Genome.from_json(result.best_genome).effective().dumps()
         order = [first] + [key for _, key in ranked if key != first]
@@ -373,12 +375,12 @@ def _check_finalist(spec: KernelSpec, result, saved: dict, on_events) -> None:
                 done.update(kept=key, reason=check.reason)
                 break
             done["demoted"].append({"genome": str(genome), "reason": check.reason})
-        saved["finalist"] = done
+        saved.finalist = done
         on_events([{"type": "finalist", "kernel": spec.name, **done}])
     kept = json.loads(done["kept"])
     if Genome.from_json(kept) != Genome.from_json(result.best_genome).effective():
         result.best_genome = kept
-        result.best = saved.get("known", {}).get(done["kept"], result.best)
+        result.best = saved.known.get(done["kept"], result.best)
 
 
 def _write_best(run: RunDir, spec: KernelSpec, result) -> None:

@@ -20,9 +20,11 @@ from pathlib import Path
 
 from genomes.errors import EvoError, RuntimeFailure
 
+from evo.checkpoint import EVENTS_BYTES
+from evo.checkpoint import FILE as CHECKPOINT
+
 CONFIG = "config.toml"
 EVENTS = "events.jsonl"
-CHECKPOINT = "checkpoint.json"
 PREVIOUS = "checkpoint.prev.json"
 META = "meta.json"
 LATEST = "latest"
@@ -274,7 +276,7 @@ class RunDir:
         current = self.path / CHECKPOINT
         if current.exists():
             write_atomic(self.path / PREVIOUS, current.read_bytes())
-        write_atomic(current, json.dumps({**data, "events_bytes": self.events_size()},
+        write_atomic(current, json.dumps({**data, EVENTS_BYTES: self.events_size()},
                                          sort_keys=True, indent=1))
 
     def has_checkpoint(self) -> bool:

@@ -25,6 +25,7 @@ from genomes.genome import Genome
 from harness.record import Measurement
 
 from evo import strategies
+from evo.checkpoint import CONFIG_HASH, KERNELS, VERSION, KernelEntry, search_entry, section
 from evo.config import Config
 
 CHECKPOINT_VERSION = 1
@@ -164,15 +165,14 @@ class KernelSearch:
     # --- checkpoint data ---------------------------------------------------------------
     def to_json(self, state: dict, done: bool) -> dict:
         version, internal, gauss = self.rng.getstate()
-        return {"state": state, "done": done, "evals": self.evals, "known": self.known,
-                "rng": [version, list(internal), gauss]}
+        return search_entry(state, done, self.evals, self.known, [version, list(internal), gauss])
 
-    def restore(self, data: dict) -> dict:
-        version, internal, gauss = data["rng"]
+    def restore(self, entry: KernelEntry) -> dict:
+        version, internal, gauss = entry.rng
         self.rng.setstate((version, tuple(internal), gauss))
-        self.evals = data["evals"]
-        self.known = dict(data["known"])
-        return data["state"]
+        self.evals = entry.evals
+        self.known = dict(entry.known)
+        return entry.state
 
 
 @functools.lru_cache(maxsize=64)
@@ -262,8 +262,8 @@ def search_kernel(measuring, ledger, config: Config, *, llm=None, prior: dict | 
     ``name``, ``spec``, ``measure(genomes)`` and ``code_keys(genomes)``, which tells
     genomes that assemble alike apart before a strategy spends trials on them, or None);
     ``ledger`` is where the search is kept (``evo.driver.KernelLedger``, or
-    ``MemoryLedger``): ``ledger.checkpoint["kernels"][name]`` is read to resume and
-    written after every generation, ``ledger.events(...)`` takes the events and
+    ``MemoryLedger``): its entry in ``ledger.checkpoint`` (``evo.checkpoint``) is read to
+    resume and written after every generation, ``ledger.events(...)`` takes the events and
     ``ledger.save()`` persists both. ``prior`` (plain JSON, ``evo.learn``) is what other
     kernels' results suggest; the caller keeps it fixed across a resume. ``llm``: the LLM
     operator, where on; ``on_generation(event)``: progress.
@@ -273,11 +273,11 @@ def search_kernel(measuring, ledger, config: Config, *, llm=None, prior: dict | 
     search = KernelSearch(kernel, config, random.Random(kernel_seed(config.run.seed, kernel)),
                           measuring.measure, on_events, llm=llm, spec=measuring.spec,
                           prior=prior, code_keys=measuring.code_keys)
-    saved = checkpoint["kernels"].get(kernel)
-    state = search.restore(saved) if saved else strategy.start(search)
+    entries = section(checkpoint, KERNELS)
+    state = search.restore(KernelEntry(entries[kernel])) if kernel in entries else strategy.start(search)
     while not strategy.finished(state, search):
         state = strategy.step(state, search)
-        checkpoint["kernels"][kernel] = search.to_json(state, done=False)
+        entries[kernel] = search.to_json(state, done=False)
         events = [_generation_event(kernel, state, search)]
         # The event before the checkpoint, so the checkpoint covers it (``events_bytes``):
         # a kill between the two is undone on resume, which repeats the generation.
@@ -285,7 +285,7 @@ def search_kernel(measuring, ledger, config: Config, *, llm=None, prior: dict | 
         ledger.save()
         if on_generation:
             on_generation(events[0])
-    checkpoint["kernels"][kernel] = search.to_json(state, done=True)
+    entries[kernel] = search.to_json(state, done=True)
     ledger.save()
     genome_json, _ = strategy.best(state)
     best_key = Genome.from_json(genome_json).effective().dumps()
@@ -312,8 +312,7 @@ def _generation_event(kernel: str, state: dict, search: KernelSearch) -> dict:
 
 
 def new_checkpoint(config: Config) -> dict:
-    return {"version": CHECKPOINT_VERSION, "config_hash": _config_hash(config),
-            "kernels": {}}
+    return {VERSION: CHECKPOINT_VERSION, CONFIG_HASH: _config_hash(config), KERNELS: {}}
 
 
 def _config_hash(config: Config) -> str:
@@ -340,9 +339,9 @@ def _config_hash(config: Config) -> str:
 
 def check_resumable(checkpoint: dict, config: Config) -> str | None:
     """None when ``config`` may continue this checkpoint, else the reason it may not."""
-    if checkpoint.get("version") != CHECKPOINT_VERSION:
-        return f"checkpoint version {checkpoint.get('version')} is not {CHECKPOINT_VERSION}"
-    if checkpoint.get("config_hash") != _config_hash(config):
+    if checkpoint.get(VERSION) != CHECKPOINT_VERSION:
+        return f"checkpoint version {checkpoint.get(VERSION)} is not {CHECKPOINT_VERSION}"
+    if checkpoint.get(CONFIG_HASH) != _config_hash(config):
         return ("the config changed in a way that changes results (on --resume only budgets, "
                 "the store, GPUs, jobs, the cluster and how the LLM endpoint is reached "
                 "may differ)")

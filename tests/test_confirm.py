@@ -9,6 +9,7 @@ import pytest
 from conftest import needs_ptxas
 
 from evo import run as run_mod
+from evo.checkpoint import KernelEntry
 from evo.config import Config
 from harness.backends import Backend
 from harness.record import Measurement
@@ -76,7 +77,8 @@ def test_the_best_is_measured_again_at_the_end_and_reported(tmp_path, monkeypatc
     assert steps[:4] == ["search", "search: ptxas", "search: GPU", "finalist check"]
 
     # resumed: a confirmed best is not measured a third time
-    assert run_mod.confirm(backend, None, result, saved["kernels"]["gemm_tile_2x2x2"]) == again
+    entry = KernelEntry(saved["kernels"]["gemm_tile_2x2x2"])
+    assert run_mod.confirm(backend, None, result, entry) == again
     assert backend.calls == searched
 
 

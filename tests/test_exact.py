@@ -10,6 +10,7 @@ from conftest import needs_ptxas
 
 from evo import run as run_mod
 from evo.config import Config
+from evo.checkpoint import KernelEntry
 from evo.exact import choose, exact_twin, is_exact, prefer_exact
 from evo.search import KernelResult
 from genomes import transforms
@@ -54,18 +55,18 @@ def test_the_twin_is_measured_once_and_a_resume_measures_nothing():
         asked.extend(genomes)
         return [Measurement("k", "Fake GPU", True, cycles=1001.0, timer="fake", n=1, backend="f")]
 
-    saved = {"known": {best.dumps(): _s(1000, 2e-7), Genome().dumps(): _s(1100)}}
+    saved = KernelEntry({"known": {best.dumps(): _s(1000, 2e-7), Genome().dumps(): _s(1100)}})
     events = []
-    result = KernelResult("k", _s(1100), best.to_json(), saved["known"][best.dumps()], 5, 1)
+    result = KernelResult("k", _s(1100), best.to_json(), saved.known[best.dumps()], 5, 1)
     assert prefer_exact(result, saved, measure, 0.01, events.extend)
     assert [str(g) for g in asked] == [str(parse_inline("vec_st(width=4)"))]
     assert str(Genome.from_json(result.best_genome)) == "vec_st(width=4)"
     assert result.best["cycles"] == 1001.0 and events[0]["type"] == "exact"
-    again = KernelResult("k", _s(1100), best.to_json(), saved["known"][best.dumps()], 5, 1)
+    again = KernelResult("k", _s(1100), best.to_json(), saved.known[best.dumps()], 5, 1)
     assert prefer_exact(again, saved, measure, 0.01, events.extend)  # resumed
     assert len(asked) == 1 and again.best_genome == result.best_genome and len(events) == 1
     exact = KernelResult("k", _s(1100), Genome().to_json(), _s(1100), 5, 1)
-    assert not prefer_exact(exact, {}, measure, 0.01, events.extend)  # nothing to choose
+    assert not prefer_exact(exact, KernelEntry({}), measure, 0.01, events.extend)  # nothing to choose
 
 
 class FastMathBackend(Backend):

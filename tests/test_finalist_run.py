@@ -9,6 +9,7 @@ from harness.kernels.suite import find_kernel
 
 from evo import report
 from evo import run as run_mod
+from evo.checkpoint import KernelEntry
 from evo.search import KernelResult
 
 BEST, SECOND = parse_inline("coarsen(k=4)"), parse_inline("coarsen(k=2)")
@@ -21,7 +22,7 @@ def _search_state():
              Genome().dumps(): {"valid": True, "cycles": 200.0}}
     result = KernelResult("relu", known[Genome().dumps()], BEST.to_json(),
                           known[BEST.effective().dumps()], 4, 1)
-    return {"known": known}, result
+    return KernelEntry({"known": known}), result
 
 
 def _checker(reasons: list[str], seen: list):
@@ -40,10 +41,10 @@ def test_a_best_that_fails_is_demoted_to_the_next_best(monkeypatch):
     events: list = []
     run_mod._check_finalist(find_kernel("relu"), result, saved, events.extend)
     assert Genome.from_json(result.best_genome) == SECOND and result.best["cycles"] == 120.0
-    assert [d["genome"] for d in saved["finalist"]["demoted"]] == [str(BEST)]
+    assert [d["genome"] for d in saved.finalist["demoted"]] == [str(BEST)]
     assert seen[0].grid == (1024, 1, 1)  # each candidate checked with its own launch
-    assert events == [{"type": "finalist", "kernel": "relu", **saved["finalist"]}]
-    lines = report.finalist_lines({"kernels": {"relu": saved}})
+    assert events == [{"type": "finalist", "kernel": "relu", **saved.finalist}]
+    lines = report.finalist_lines({"kernels": {"relu": saved.data}})
     assert "DEMOTED" in lines[1] and "memcheck: 3 errors" in lines[1]
     assert lines[2].startswith(f"- relu: kept {SECOND}: finalist check ok")
     # a resumed run does not check again, and keeps the same genome
@@ -58,7 +59,7 @@ def test_a_check_that_cannot_run_keeps_the_best_and_says_so(monkeypatch):
     saved, result = _search_state()
     run_mod._check_finalist(find_kernel("relu"), result, saved, lambda events: None)
     assert Genome.from_json(result.best_genome) == BEST
-    lines = report.finalist_lines({"kernels": {"relu": saved}})
+    lines = report.finalist_lines({"kernels": {"relu": saved.data}})
     assert "NOT RUN" in lines[1] and "kept unchecked" in lines[1]
 
 
@@ -68,4 +69,4 @@ def test_when_every_candidate_fails_the_baseline_is_kept(monkeypatch):
     saved, result = _search_state()
     run_mod._check_finalist(find_kernel("relu"), result, saved, lambda events: None)
     assert Genome.from_json(result.best_genome) == Genome()
-    assert len(saved["finalist"]["demoted"]) == 2
+    assert len(saved.finalist["demoted"]) == 2

@@ -9,7 +9,7 @@ Any other value is a path: a priors file (``evo priors build``) or a measurement
 A kernel's prior (``evo.learn.priors.prior_for``) never counts the kernel's own rows, and
 its seeds are applied to the kernel's PTX first: seeds that give the baseline's PTX, or
 the PTX of an earlier seed, are dropped, so none of the budget goes to duplicates. The
-prior is kept in the checkpoint (``checkpoint["priors"]``), so a resumed run uses the same
+prior is kept in the checkpoint (its ``priors`` section, ``evo.checkpoint``), so a resumed run uses the same
 one, and an event ``{"type": "priors", ...}`` says what it was built from.
 
 Features take ~1 s a kernel; they are cached in ``features.json`` beside the store.
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from evo.checkpoint import PRIORS, section
 from evo.learn import priors as priors_mod
 
 SHIPPED = Path(__file__).resolve().parent / "data" / "priors.json"
@@ -186,11 +187,11 @@ def run_prior(source: PriorSource | None, checkpoint: dict, spec, device: str,
     """The prior of one kernel of a run: the checkpoint's (a resumed run keeps the one it
     started with), else a new one from ``source``, kept in the checkpoint and announced
     with a ``priors`` event."""
-    saved = checkpoint.get("priors", {}).get(spec.name)
+    saved = checkpoint.get(PRIORS, {}).get(spec.name)
     if saved is not None or source is None:
         return saved
     prior = source.prior(spec, device)
-    checkpoint.setdefault("priors", {})[spec.name] = prior
+    section(checkpoint, PRIORS)[spec.name] = prior
     if on_events:
         on_events([{"type": "priors", "kernel": spec.name, "setting": prior["setting"],
                     "sources": prior["sources"], "neighbors": prior["neighbors"][:4],
@@ -200,7 +201,7 @@ def run_prior(source: PriorSource | None, checkpoint: dict, spec, device: str,
 
 def report_lines(checkpoint: dict) -> list[str]:
     """What report.md says about the priors a run used (nothing when it used none)."""
-    saved = checkpoint.get("priors") or {}
+    saved = checkpoint.get(PRIORS) or {}
     if not saved:
         return []
     first = next(iter(saved.values()))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from pathlib import Path
 
 PRE_TOKEN = re.compile(r" ?\w+| ?[^\w\s]+|\s+")
 
@@ -39,6 +38,8 @@ def main(argv=None) -> int:
                         help="count real tokens with this tiktoken encoding")
     args = parser.parse_args(argv)
 
+    from evo.checkpoint import kernels as kernel_entries
+    from evo.checkpoint import read as read_checkpoint
     from evo.llm.feedback import build_mutate_context
     from evo.llm.prompts import PromptSet
     from genomes.genome import Genome
@@ -48,8 +49,7 @@ def main(argv=None) -> int:
     if args.tiktoken:
         import tiktoken  # a measuring aid, not a dependency of evo
         split = tiktoken.get_encoding(args.tiktoken).encode
-    kernels = {} if args.run == "-" else \
-        json.loads((Path(args.run) / "checkpoint.json").read_text())["kernels"]
+    entries = {} if args.run == "-" else kernel_entries(read_checkpoint(args.run))
     prompts = PromptSet()
 
     def prompt(spec, genome, known) -> list:
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     total = 0
     for kernel in args.kernels:
         spec = find_kernel(kernel)
-        known = kernels.get(spec.name, {}).get("known")
+        known = entries[spec.name].known if spec.name in entries else None
         if not known:
             now = prompt(spec, Genome(), None)
             total += len(now)

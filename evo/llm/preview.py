@@ -24,6 +24,9 @@ def prompt_messages(kernel: str, run: Path | None = None, config_path: Path | No
     ``ncu``: run the Nsight Compute pass on the parent first (a GPU machine with ncu)."""
     from evo import config as config_mod
     from evo import strategies
+    from evo.checkpoint import LLM
+    from evo.checkpoint import kernel as kernel_entry
+    from evo.checkpoint import kernels as kernel_entries
     from evo.llm.mutation import LlmMutator
     from evo.rundir import RunDir
     from evo.search import search_view
@@ -35,14 +38,14 @@ def prompt_messages(kernel: str, run: Path | None = None, config_path: Path | No
         rundir = RunDir.open(run)
         config = config_mod.from_dict(tomllib.loads(rundir.config_text()), str(run))
         checkpoint = rundir.read_checkpoint()
-        data = checkpoint["kernels"].get(spec.name)
-        if data is None:
+        entry = kernel_entry(checkpoint, spec.name)
+        if entry is None:
             raise EvoError(f"{run}: no kernel {spec.name!r} in the run (its kernels: "
-                           f"{', '.join(checkpoint['kernels']) or 'none yet'})")
-        known = data["known"]
-        best_json, _ = strategies.get(config.run.strategy).best(data["state"])
+                           f"{', '.join(kernel_entries(checkpoint)) or 'none yet'})")
+        known = entry.known
+        best_json, _ = strategies.get(config.run.strategy).best(entry.state)
         parent = Genome.from_json(best_json)
-        llm_state = checkpoint.get("llm")
+        llm_state = checkpoint.get(LLM)
     else:  # as evo run reads it: --config, else ./evo.toml where there is one
         default = Path("evo.toml") if Path("evo.toml").is_file() else None
         config = config_mod.load(config_path or default)

@@ -61,22 +61,20 @@ def plan(capture_dir, run_dir, arch: str | None = None, verified: bool = True) -
     """One Choice per kernel of the capture (module docstring). ``verified``: leave out
     the kernels ``evo verify`` found differing from their own code on the program's data,
     or slower than it there (its ``verified.json`` in the run folder, for the same best)."""
-    from genomes.genome import Genome
     from harness.compile import compile_ptx
 
+    from evo.checkpoint import FILE as CHECKPOINT_FILE
+    from evo.checkpoint import kernels
+    from evo.checkpoint import read as read_checkpoint
     from evo.llm.occupancy import ptx_target
     from evo.model.capture import read, read_at_run_time, same_code
 
     run = Path(run_dir)
-    if not (run / "checkpoint.json").is_file():
-        raise EvoError(f"{run} is not a run folder (no checkpoint.json): the --out of "
+    if not (run / CHECKPOINT_FILE).is_file():
+        raise EvoError(f"{run} is not a run folder (no {CHECKPOINT_FILE}): the --out of "
                        f"evo run --model {capture_dir}")
     manifest = read(capture_dir)
-    try:
-        known = json.loads((run / "checkpoint.json").read_text())["kernels"]
-    except (OSError, ValueError, KeyError):
-        known = {}
-    baseline_key = Genome().dumps()
+    entries = kernels(read_checkpoint(run))
     verdicts = _verdicts(run) if verified else {}
     groups = same_code(manifest["kernels"])
     choices = []
@@ -93,7 +91,8 @@ def plan(capture_dir, run_dir, arch: str | None = None, verified: bool = True) -
         genome_file = best.with_suffix(".genome.json")
         choice.genome = _genome_label(genome_file)
         text = best.read_text()
-        baseline = known.get(spec.name, {}).get("known", {}).get(baseline_key) or {}
+        entry = entries.get(spec.name)
+        baseline = (entry.baseline if entry else None) or {}
         if baseline.get("valid") is False:
             choice.reason = f"its baseline failed the gate in this run: {baseline.get('reason')}"
             continue
@@ -103,7 +102,7 @@ def plan(capture_dir, run_dir, arch: str | None = None, verified: bool = True) -
         sizes = read_at_run_time(spec, captured)
         group = groups.get(k["name"], [k["name"]])
         if sizes or len(group) > 1:  # one code, one launcher, several sizes: checked at each
-            unchecked = _unchecked_sizes(group, k["name"], known.get(spec.name, {}).get("sizes") or {},
+            unchecked = _unchecked_sizes(group, k["name"], (entry.sizes if entry else None) or {},
                                          genome_file)
             if unchecked:
                 runs = (f"its code reads {', '.join(sizes)} at run time (compiled for dynamic "
