@@ -215,7 +215,7 @@ def off_by_one_guard(ptx: str) -> str:
 
 def underflow_write(ptx: str) -> str:
     """A write before the buffer: thread 0 also stores y[-1]. Canaries sit only after
-    buffers; the gate's guards in front of them (gpu_runner.guard_ranges) must see it:
+    buffers; the gate's guards in front of them (harness.gpu.buffers.guard_ranges) must see it:
     "out-of-bounds write" before y."""
     r = _relu(ptx)
     return _after(_regs(ptx), r"st\.global\.f32\s", f"\tsetp.eq.u32 \t%chp0, {r['i']}, 0;\n"

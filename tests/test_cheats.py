@@ -16,7 +16,7 @@ from harness import record
 from cheats import CHEATS, FINALIST, GATE, LEGIT, CheatError
 from harness.compile import compile_ptx
 from harness.gpu.finalist import MEMCHECK, RACECHECK, UNSAFE_NC, unsafe_nc_loads
-from harness.gpu.runner import RESERVED_BYTES, guard_ranges
+from harness.gpu.buffers import RESERVED_BYTES, guard_ranges
 from harness.kernels.suite import find_kernel, suite_names
 
 from conftest import needs_ptxas
@@ -244,7 +244,7 @@ class _Dev:
 
 
 def _runner_with(kernel):
-    """A gpu_runner.Runner without CUDA: the arena is host memory and the "launch" runs
+    """A harness.gpu.runner.Runner without CUDA: the arena is host memory and the "launch" runs
     ``kernel(x, y, arena_bytes, y_offset)`` in NumPy; the rest of check_seed is the real one."""
     from collections import OrderedDict
 

@@ -1,5 +1,5 @@
 """The gate on the GPU: kernels of 64M elements are judged where their buffers are
-(``gpu_runner.DEVICE_CHECK_BYTES``), with the same reasons as on the host, and in seconds
+(``harness.gpu.runner.DEVICE_CHECK_BYTES``), with the same reasons as on the host, and in seconds
 rather than the tens of seconds the host's copies and comparisons took.
 
 Run with ``python3 -m pytest -m gpu -x -q`` on a machine with an NVIDIA GPU and CuPy.

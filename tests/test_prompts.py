@@ -226,7 +226,7 @@ def test_repair_prompt_has_the_error_the_failed_patch_and_its_target():
 
 @needs_ptxas
 def test_the_prompt_states_buffer_alignment_as_a_fact():
-    from harness.gpu.runner import BUFFER_ALIGN
+    from harness.gpu.buffers import BUFFER_ALIGN
 
     context = build_mutate_context(find_kernel("relu"), Genome(), None, None, None, None,
                                    [], [])

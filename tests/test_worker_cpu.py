@@ -1,4 +1,4 @@
-"""The GPU worker's process plumbing, on the CPU: a fake child stands in for gpu_runner.serve.
+"""The GPU worker's process plumbing, on the CPU: a fake child stands in for harness.gpu.runner.serve.
 
 The fakes follow the worker protocol (harness/gpu/worker.py) and act on the request's
 ``kernel_name``: "hang" sleeps forever, "die" exits mid-request, "sticky" answers like a

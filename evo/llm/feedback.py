@@ -193,7 +193,7 @@ def _kernel_info(spec: KernelSpec) -> dict:
         else:
             info.update(count=None, role="scalar", value=p.value)
         params.append(info)
-    from harness.gpu.runner import BUFFER_ALIGN
+    from harness.gpu.buffers import BUFFER_ALIGN
 
     return {"name": spec.name, "entry": spec.entry, "description": spec.description,
             "params": params, "buffer_align": BUFFER_ALIGN}

@@ -2,8 +2,8 @@
 
 `worker.py` is the process (one per GPU, started by `spawn.py`); `runner.py` checks and
 times one candidate in it: the inputs of each seed (`input_sets.py`), the gate
-(`gate.py`, with its one-pass device kernels `gate_device.py`), the arena of buffers and
-its guards (`arena.py`), the result-reuse probe (`reuse_probe.py`), timing (`timing.py`,
+(`gate.py`, with its one-pass device kernels `gate_device.py`), the arena (`arena.py`'s
+keeper) and where buffers lie in it with the guards around them (`buffers.py`), the result-reuse probe (`reuse_probe.py`), timing (`timing.py`,
 its statistics `estimate.py`, the SM clocks `clocks.py`), in-kernel instrumentation
 (`instrument.py`). After a search: the finalist's harder checks (`finalist.py`, which runs
 `finalist_driver.py` under compute-sanitizer), Nsight Compute passes (`ncu.py`), and the

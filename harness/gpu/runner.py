@@ -32,16 +32,7 @@ launch failure ...) leaves it unusable, so ``serve`` answers and then exits, and
 starts a fresh process. Loaded modules, inputs and baseline outputs are cached across
 requests for speed.
 
-**Placement and state** (measured: gemm_tile_4x6x8, one SM always). The same cubin
-timed 1229..1378 cycles (H200) depending only on where in physical memory its buffers
-lay (their L2 slices), each figure reproduced to a cycle by a fresh process allocating
-the same way. So every kernel's buffers are laid out from the same offset of one arena
-(``BUFFER_ALIGN``-aligned, each ``CANARY_BYTES`` longer; one kernel uses it at a time and
-every launch uploads all its buffers first): placement does not depend on what ran before.
-The arena is lent by ``harness.gpu.arena``'s keeper process, so that a worker restarted after
-a crash maps the very same physical memory: with arenas of their own, successive fresh
-workers landed in other places (0.24 % apart on an H100, 2.4 % on an H200).
-``notes["placement"]`` says which arena a figure was measured in.
+Where buffers lie, and the guards around them: ``harness.gpu.buffers``.
 """
 
 from __future__ import annotations
@@ -58,7 +49,7 @@ from harness.gpu import gate, timing as gpu_timing, input_sets, reuse_probe
 from harness import record
 from harness.phases import Phases, no_phases
 from harness.kernels.spec import is_int_dtype
-from harness.gpu.arena import ARENA_BYTES
+from harness.gpu.buffers import BUFFER_ALIGN, RESERVED_BYTES, ArenaBuffers, cache_get, cache_put, spec_key
 from harness.gpu.estimate import summarize
 from harness.gpu.timing import STICKY_MARKERS, TimingFailed
 from harness.record import Measurement
@@ -66,9 +57,7 @@ from harness.record import Measurement
 BASELINE_FAILED = "baseline failed"
 """Reason prefix when the unmodified kernel itself fails its checks: the variant is not judged."""
 
-RESERVED_BYTES = 1 << 20  # the arena's head: SM-clock probe and settle words, clock64 buffers
-BUFFER_ALIGN = 512  # each buffer starts on this boundary (CuPy's pool gives the same)
-_CACHE_LIMITS = {"modules": 256, "buffers": 8, "seeds": 256}
+_CACHE_LIMITS = {"modules": 256, "seeds": 256}
 _DEVICE_SEEDS = 8  # seed sets (and baseline outputs) of a kernel judged on the GPU kept there
 DEVICE_CHECK_BYTES = 1 << 20
 """Kernels whose buffers hold this many bytes or more are judged on the GPU: their seeds'
@@ -83,49 +72,7 @@ class _Failed(Exception):
     """A result that ends the request early (the reason is the Measurement's)."""
 
 
-def guard_ranges(layout: list[tuple[str, int, int]], arena_bytes: int = ARENA_BYTES,
-                 canary: int = gate.CANARY_BYTES) -> list[tuple[str, int, int]]:
-    """(where, start, end) arena byte ranges that no launch may change: everything in the
-    arena but the buffers and their canaries. ``where`` names the range for a reason:
-    ``before x`` (the arena's head, or the gap before a buffer), ``after y`` (past the
-    last buffer's canary, to the arena's end).
-
-    ``layout``: (name, arena offset, bytes) of each buffer in arena order, each followed by
-    its canary. Why all of it: canaries only sit *after* buffers, so a write to ``y[-1]``
-    went unseen; and a variant may keep state across launches in memory past its buffers,
-    far beyond a canary, to skip work it was timed on.
-    """
-    out, prev_end = [], 0
-    for name, offset, nbytes in layout:
-        if offset > prev_end:
-            out.append((f"before {name}", prev_end, offset))
-        prev_end = offset + nbytes + canary
-    if layout and prev_end < arena_bytes:
-        out.append((f"after {layout[-1][0]}", prev_end, arena_bytes))
-    return out
-
-
 # ---------------------------------------------------------------------- the runner
-
-
-def _lru_put(cache: OrderedDict, key, value, limit: int):
-    cache[key] = value
-    cache.move_to_end(key)
-    while len(cache) > limit:
-        cache.popitem(last=False)
-    return value
-
-
-def _lru_get(cache: OrderedDict, key):
-    value = cache.get(key)
-    if value is not None:
-        cache.move_to_end(key)
-    return value
-
-
-def _spec_key(spec) -> tuple:
-    """What the cached buffers, inputs and baseline outputs depend on."""
-    return (spec.name, spec.entry, spec.grid, spec.block, spec.shared_mem, spec.params)
 
 
 MAX_DYNAMIC_SHARED_ATTRIBUTE = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -141,7 +88,7 @@ def allow_shared(cp, fn, nbytes: int):
     return fn
 
 
-class Runner:
+class Runner(ArenaBuffers):
     """One CUDA context on one device, with the caches that make a request cheap."""
 
     phases = staticmethod(no_phases)  # a request's harness.phases.Phases while it is measured
@@ -177,108 +124,18 @@ class Runner:
 
     # -------------------------------------------------------------- plumbing
 
-    def _open_arena(self, handle: bytes | None):
-        """(arena, where it comes from): the keeper's memory when lent (``harness.gpu.arena``:
-        the same physical memory after a restart), else an allocation of our own, made
-        first thing so that it lands in the same place as often as possible."""
-        cp, why = self.cp, "no arena keeper"
-        if handle is not None:
-            try:
-                ptr = cp.cuda.runtime.ipcOpenMemHandle(handle)
-                memory = cp.cuda.UnownedMemory(ptr, ARENA_BYTES, self)
-                return (cp.ndarray((ARENA_BYTES,), cp.uint8, cp.cuda.MemoryPointer(memory, 0)),
-                        "the keeper's arena (same memory across worker restarts)")
-            except Exception as err:
-                why = f"the keeper's arena did not open: {type(err).__name__}: {err}"
-        return cp.empty(ARENA_BYTES, dtype=cp.uint8), f"own arena ({why})"
-
     def function(self, cubin: bytes, entry: str, shared_mem: int = 0):
         """The kernel ``entry`` of ``cubin``, loaded once per distinct cubin (in-memory load):
         a variant and its clock64 twin share one cubin (``instrument.with_clock_twin``);
         allowed ``shared_mem`` bytes of dynamic shared memory (``allow_shared``)."""
         key = hashlib.sha256(cubin).hexdigest()
-        module = _lru_get(self._modules, key)
+        module = cache_get(self._modules, key)
         if module is None:
             module = self.cp.cuda.function.Module()
             module.load(bytes(cubin))
-            _lru_put(self._modules, key, module, _CACHE_LIMITS["modules"])
+            cache_put(self._modules, key, module, _CACHE_LIMITS["modules"])
         # a lookup in the loaded module, microseconds
         return allow_shared(self.cp, module.get_function(entry), shared_mem)
-
-    def buffers(self, spec) -> dict:
-        """A uint8 device buffer per buffer param, ``CANARY_BYTES`` longer, at fixed places.
-
-        Laid out in the arena from ``RESERVED_BYTES`` on, in param order, so the same spec
-        gets the same addresses in every request and every worker process (see Placement).
-        """
-        key = _spec_key(spec)
-        bufs = _lru_get(self._buffers, key)
-        if bufs is None:
-            bufs, offset = {}, RESERVED_BYTES
-            for p in spec.buffers():
-                size = p.nbytes + gate.CANARY_BYTES
-                bufs[p.name] = self._arena[offset:offset + size]
-                offset += -(-size // BUFFER_ALIGN) * BUFFER_ALIGN
-            if offset > ARENA_BYTES:  # too big for the arena: own allocations, placed anyhow
-                bufs = {p.name: self.cp.empty(p.nbytes + gate.CANARY_BYTES, dtype=self.cp.uint8)
-                        for p in spec.buffers()}
-            _lru_put(self._buffers, key, bufs, _CACHE_LIMITS["buffers"])
-        return bufs
-
-    def guards(self, spec) -> list[tuple[str, int, int]]:
-        """``guard_ranges`` of the spec's buffers in the arena (none for own allocations)."""
-        base = self._arena.data.ptr
-        layout = [(p.name, buf.data.ptr - base, p.nbytes)
-                  for p, buf in zip(spec.buffers(), self.buffers(spec).values())]
-        if any(not 0 <= offset < ARENA_BYTES for _, offset, _ in layout):
-            return []
-        return guard_ranges(layout)
-
-    def fill_guards(self, guards) -> None:
-        """The canary byte over every guard range (a memset: no kernel, no host copy)."""
-        for _, lo, hi in guards:
-            self._arena[lo:hi].data.memset_async(gate.CANARY_BYTE, hi - lo, self.stream)
-
-    def changed_guard(self, guards) -> str | None:
-        """The reason when a guard range no longer holds only the canary byte (compared
-        on the GPU: the ranges span most of the arena), else None."""
-        if gate.array_module(self._arena) is np:  # a host arena (tests): the array code
-            return self._changed_guard_reason(guards)
-        from harness.gpu.gate_device import flag_ne, new_flag
-
-        # One pass over 8-byte words (the ranges span most of the arena), the ends that are
-        # not whole words byte by byte, every range into one flag read back once; the
-        # reason's figures only where something changed.
-        byte = np.uint8(gate.CANARY_BYTE)
-        word = np.uint64(int.from_bytes(bytes([gate.CANARY_BYTE]) * 8, "little"))
-        flag = new_flag()
-        for _, lo, hi in guards:
-            mid_lo, mid_hi = min(-(-lo // 8) * 8, hi), max(hi // 8 * 8, lo)
-            if mid_lo < mid_hi:
-                flag_ne(self._arena[mid_lo:mid_hi].view(self.cp.uint64), word, flag)
-                flag_ne(self._arena[lo:mid_lo], byte, flag)
-                flag_ne(self._arena[mid_hi:hi], byte, flag)
-            else:
-                flag_ne(self._arena[lo:hi], byte, flag)
-        if not flag.get()[0]:
-            return None
-        return self._changed_guard_reason(guards)
-
-    def _changed_guard_reason(self, guards) -> str | None:
-        for where, lo, hi in guards:
-            changed = self._arena[lo:hi] != gate.CANARY_BYTE
-            if bool(changed.any()):
-                first = lo + int(changed.argmax())
-                return (f"{record.OUT_OF_BOUNDS}: {int(changed.sum())} bytes of the arena "
-                        f"outside the kernel's buffers changed, {where} (arena +{first:#x})")
-        return None
-
-    def placement(self, spec) -> str:
-        """How the spec's buffers are placed, for the notes."""
-        first = next(iter(self.buffers(spec).values()))
-        if first.data.ptr == self._arena.data.ptr + RESERVED_BYTES:
-            return f"{self.arena_source} +{RESERVED_BYTES:#x}"
-        return f"own allocations (over the {ARENA_BYTES >> 20} MiB arena)"
 
     def judged_on_device(self, spec) -> bool:
         """Whether the spec's launches are checked on the GPU (``DEVICE_CHECK_BYTES``)."""
@@ -288,21 +145,21 @@ class Runner:
         """(inputs, upload images) for one seed: outputs poisoned, every buffer with its
         canary. Host arrays, or device arrays for a kernel judged on the GPU (then the
         inputs' buffers are views of their images)."""
-        key = (_spec_key(spec), seed)
+        key = (spec_key(spec), seed)
         if self.judged_on_device(spec):
-            data = _lru_get(self._device_seeds, key)
+            data = cache_get(self._device_seeds, key)
             if data is None:
                 if any(k[0] != key[0] for k in self._device_seeds):
                     self._device_seeds.clear()  # another kernel's: free its gigabytes
                 with self.phases("inputs drawn"):
                     data = self._make_seed_data(spec, seed, self.cp)
-                data = _lru_put(self._device_seeds, key, data, _DEVICE_SEEDS)
+                data = cache_put(self._device_seeds, key, data, _DEVICE_SEEDS)
             return data
-        data = _lru_get(self._seeds, key)
+        data = cache_get(self._seeds, key)
         if data is None:
             with self.phases("inputs drawn"):
                 data = self._make_seed_data(spec, seed, np)
-            data = _lru_put(self._seeds, key, data, _CACHE_LIMITS["seeds"])
+            data = cache_put(self._seeds, key, data, _CACHE_LIMITS["seeds"])
         return data
 
     @staticmethod
@@ -315,76 +172,6 @@ class Runner:
                 if p.role != "out":
                     inputs[p.name] = images[p.name][:p.nbytes].view(inputs[p.name].dtype)
         return inputs, images
-
-    def args(self, spec, bufs: dict) -> list:
-        """Kernel arguments in PTX param order: device buffers and typed NumPy scalars."""
-        return [bufs[p.name] if p.kind == "buffer" else spec.numpy_dtype(p.dtype).type(p.value)
-                for p in spec.params]
-
-    def upload(self, spec, bufs: dict, images: dict) -> None:
-        for p in spec.buffers():
-            image = images[p.name]
-            if isinstance(image, np.ndarray):
-                bufs[p.name].set(image)
-            else:  # a device image: a device-to-device copy
-                bufs[p.name][...] = image
-
-    def written_on_device(self, spec, images: dict) -> dict:
-        """Device copies of ``images`` for the buffers a launch writes (outputs and inouts):
-        what ``restore`` puts back before each timed clock64 launch."""
-        return {p.name: self.cp.asarray(images[p.name]) for p in spec.buffers() if p.role != "in"}
-
-    def restore(self, bufs: dict, kept: dict) -> None:
-        """Copy ``kept`` (from ``written_on_device``) into ``bufs``: device to device, queued
-        on the runner's stream, so launches still follow each other without a host wait."""
-        for name, image in kept.items():
-            bufs[name].data.copy_from_device_async(image.data, image.nbytes, self.stream)
-
-    def fill_poison(self, param, raw) -> None:
-        """``param``'s poison over ``raw`` (uint8, on the device), queued on the stream."""
-        gate.fill_poison(param, raw)  # a CuPy fill: a kernel on the current stream, ours
-
-    def scratch(self, nbytes: int):
-        """A device buffer of at least ``nbytes`` (uint8), kept: the largest asked so far."""
-        if self._scratch is None or self._scratch.nbytes < nbytes:
-            self._scratch = None
-            self._scratch = self.cp.empty(max(nbytes, 1), dtype=self.cp.uint8)
-        return self._scratch
-
-    def buffer_sets(self, spec, count: int) -> list[dict]:
-        """``count`` sets of the spec's buffers: its own (``buffers``), then copies laid
-        after them in the arena where they fit (fixed places, as the first: see Placement),
-        else own allocations. Kept for the next request of the same spec (one spec's at
-        a time: they can be large). Timing spreads its launches over them."""
-        key = (_spec_key(spec), count)
-        sets = _lru_get(self._buffer_sets, key)
-        if sets is None:
-            self._buffer_sets.clear()
-            first = self.buffers(spec)
-            sizes = [-(-(p.nbytes + gate.CANARY_BYTES) // BUFFER_ALIGN) * BUFFER_ALIGN
-                     for p in spec.buffers()]
-            offset = next(iter(first.values())).data.ptr - self._arena.data.ptr + sum(sizes)
-            in_arena = 0 <= offset and offset + (count - 1) * sum(sizes) <= ARENA_BYTES
-            sets = [first]
-            for _ in range(count - 1):
-                bufs = {}
-                for p, size in zip(spec.buffers(), sizes):
-                    nbytes = p.nbytes + gate.CANARY_BYTES
-                    bufs[p.name] = (self._arena[offset:offset + nbytes] if in_arena else
-                                    self.cp.empty(nbytes, dtype=self.cp.uint8))
-                    offset += size
-                sets.append(bufs)
-            _lru_put(self._buffer_sets, key, sets, 1)
-        return sets
-
-    def rotated_args(self, spec, copies: int, images: list[dict]) -> list[list]:
-        """Argument lists for ``copies`` sets of the spec's buffers (``buffer_sets``), set
-        ``i`` holding ``images[i % len(images)]``. Events timing rotates its launches
-        among them (``gpu_timing.time_events``)."""
-        sets = self.buffer_sets(spec, copies)
-        for i, bufs in enumerate(sets):
-            self.upload(spec, bufs, images[i % len(images)])
-        return [self.args(spec, bufs) for bufs in sets]
 
     def check_sets(self, request, sets: list[dict], seeds: list[int], when: str,
                    canary_only: frozenset[str] = frozenset()) -> None:
@@ -402,13 +189,6 @@ class Runner:
                                            canary_only=canary_only)
             if not ok:
                 raise _Failed(f"{reason} ({input_sets.seed_label(seed)}, timed buffers {i}, {when})")
-
-    def flush_l2(self) -> None:
-        """Evict the L2 on the runner's stream: a memset of twice its size (no kernel to
-        compile). Cold clock64 timing runs it before each timed launch."""
-        if self._l2_flush is None:
-            self._l2_flush = self.cp.empty(2 * self.l2_bytes, dtype=self.cp.uint8)
-        self._l2_flush.data.memset_async(0, self._l2_flush.nbytes, self.stream)
 
     def launch(self, fn, spec, args, stream=None, shape=None) -> None:
         """Launch ``fn`` with the spec's grid and block, or ``shape`` (a Launch) if given."""
@@ -446,9 +226,9 @@ class Runner:
     def baseline_outputs(self, request, seed: int) -> dict:
         """The baseline's outputs on one seed (cached); raises _Failed if the baseline fails."""
         spec = request.spec
-        key = (_spec_key(spec), hashlib.sha256(request.baseline_cubin).hexdigest(), seed,
+        key = (spec_key(spec), hashlib.sha256(request.baseline_cubin).hexdigest(), seed,
                request.check_reference)
-        outputs = _lru_get(self._baselines, key)
+        outputs = cache_get(self._baselines, key)
         if outputs is not None:
             return outputs
         with self.phases("baseline outputs"):
@@ -493,7 +273,7 @@ class Runner:
             if not ok:
                 raise _Failed(f"{BASELINE_FAILED}: disagrees with the NumPy reference: {reason} ({input_sets.seed_label(seed)})")
         limit = _DEVICE_SEEDS if self.judged_on_device(spec) else _CACHE_LIMITS["seeds"]
-        return _lru_put(self._baselines, key, outputs, limit)
+        return cache_put(self._baselines, key, outputs, limit)
 
     def check_seed(self, request, seed: int, when: str = "", prefill: dict | None = None) -> dict:
         """One launch of the variant on one seed's inputs, judged by the guards around the
