@@ -400,6 +400,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the program, as you run it")
     p.set_defaults(func=_verify)
 
+    p = command("install", "run the program with a run's best kernels installed (evo install "
+                           "--model DIR --run RUN -- python app.py ARGS), or, without a "
+                           "program, say what would be installed and how to make the "
+                           "program's next runs launch it, unchanged")
+    p.add_argument("--model", type=Path, required=True, metavar="DIR",
+                   help="the capture folder (evo capture --out DIR)")
+    p.add_argument("--run", type=Path, required=True, metavar="RUN",
+                   help="the run that evolved it (evo run --model DIR --out RUN)")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- python app.py [ARGS]",
+                   help="the program, as you run it (none: print the plan and the environment)")
+    p.set_defaults(func=_install)
+
     p = command("plot", "write fitness curves (plots/<kernel>.png) and a speedup summary "
                         "(plots/summary.png) for one or more runs; for an evo bench folder, "
                         "best-so-far curves per strategy and plots/reduction.png")
@@ -433,6 +445,12 @@ def _verify(args) -> int:
     from evo.model.check import cmd_verify
 
     return cmd_verify(args)
+
+
+def _install(args) -> int:
+    from evo.model.install_cmd import cmd_install
+
+    return cmd_install(args)
 
 
 def _gpu_ids(text: str) -> list[int]:

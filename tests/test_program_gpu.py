@@ -10,6 +10,7 @@ Run with ``python3 -m pytest -m gpu -x -q tests/test_program_gpu.py``.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -218,6 +219,34 @@ def test_a_program_that_calls_evo_install_runs_the_evolved_kernels(captured, cap
     wrong = _run_with(root, m, "installed_wrong", lambda ptx: ptx.replace("add.f32", "sub.f32", 1))
     changed, out = checksum(installing, cap, wrong, 2)
     assert changed != own, out
+
+
+def test_evo_install_runs_a_program_unchanged_with_the_evolved_kernels(captured, capsys):
+    """``evo install -- python app.py`` and the environment it prints (a fresh Python
+    process, the start-up hook): a wrong variant changes the program's output, so the
+    evolved code is what ran, in both; the program's own file is untouched."""
+    import os
+    import subprocess
+    import sys
+
+    from evo.cli import main
+    from evo.model.install_cmd import environment
+
+    root, app, m = captured
+    cap = root / "cap"
+    wrong = _run_with(root, m, "cli_wrong", lambda ptx: ptx.replace("add.f32", "sub.f32", 1))
+    plain = subprocess.run([sys.executable, str(app), "2"], capture_output=True, text=True, timeout=300)
+    own = plain.stdout.split("checksum ")[1].split()[0]
+    assert main(["install", "--model", str(cap), "--run", wrong, "--", "python", str(app), "2"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split("checksum ")[1].split()[0] != own, out
+    assert err.count(": evolved code") == len(m["kernels"]), err
+    env = {**os.environ, **environment(cap, wrong)}
+    env["PYTHONPATH"] += os.pathsep + str(Path(__file__).resolve().parents[1])  # evo itself
+    hooked = subprocess.run([sys.executable, str(app), "2"], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert hooked.returncode == 0, hooked.stderr
+    assert hooked.stdout.split("checksum ")[1].split()[0] != own, hooked.stdout + hooked.stderr
 
 
 DYNAMIC = """
