@@ -220,6 +220,8 @@ def test_a_kernel_whose_baseline_adds_floats_atomically_is_judged_within_toleran
     assert finalist.adds_floats_atomically("\tred.global.add.f32 [%rd1], %f2;")
     assert finalist.adds_floats_atomically("\tatom.global.gpu.acq_rel.add.bf16x2 %r1, [%rd1], %r2;")
     assert not finalist.adds_floats_atomically("\tatom.global.add.u32 %r1, [%rd1], 1;")
+    embedding_backward = Path(__file__).parent / "data" / "captured" / "embedding_backward.ptx"
+    assert finalist.adds_floats_atomically(embedding_backward.read_text())  # add.v4.f32
     assert not finalist.adds_floats_atomically(find_kernel("relu").ptx_text())
     spec = find_kernel("reduce_sum")  # rtol 1e-5: a sum's last bits may move
     y = np.linspace(1, 2, 2048, dtype=np.float32)

@@ -1,7 +1,8 @@
-"""Every gene on a kernel of Inductor's max-autotune GEMM templates (tests/data/templates:
-cp.async into 160 KiB of dynamic shared memory, wgmma, bf16), as evo capture wrote it: a
-no-op or PTX that ptxas assembles for the PTX's own target; and the worker lets such a
-kernel ask for more than 48 KiB of dynamic shared memory."""
+"""Every gene on kernels evo capture wrote from programs it had not seen (tests/data/captured:
+a max-autotune GEMM template with cp.async into 160 KiB of dynamic shared memory and
+wgmma; an embedding backward adding floats atomically): a no-op or PTX that ptxas
+assembles for the PTX's own target; and the worker lets a kernel ask for more than 48 KiB
+of dynamic shared memory."""
 
 from __future__ import annotations
 
@@ -9,20 +10,25 @@ import random
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from conftest import needs_ptxas
 from genomes.genome import Genome, apply_genome
 from genomes.variation import gene_alphabet, random_genome
 from harness.compile import compile_many
 from harness.kernels.suite import find_kernel
 
-TEMPLATE = Path(__file__).parent / "data" / "templates" / "addmm_gelu.toml"
+CAPTURED = Path(__file__).parent / "data" / "captured"
+TEMPLATE = CAPTURED / "addmm_gelu.toml"
+WHAT = {"addmm_gelu": ("wgmma", "cp.async"), "embedding_backward": ("atom.global.gpu.relaxed.add.v4.f32",)}
 
 
 @needs_ptxas
-def test_every_gene_on_a_gemm_template_is_a_no_op_or_assembles():
-    spec = find_kernel(TEMPLATE)
+@pytest.mark.parametrize("name", sorted(WHAT))
+def test_every_gene_on_a_captured_kernel_is_a_no_op_or_assembles(name):
+    spec = find_kernel(CAPTURED / f"{name}.toml")
     text = spec.ptx_text()
-    assert "wgmma" in text and "cp.async" in text
+    assert all(mark in text for mark in WHAT[name])
     variants, labels = [spec.ptx_text()], ["baseline"]
     first = {}  # one gene per transform: every kind of edit, in a minute of ptxas
     for gene in gene_alphabet():
@@ -34,7 +40,7 @@ def test_every_gene_on_a_gemm_template_is_a_no_op_or_assembles():
         if outcome.status == "applied":
             variants.append(applied.ptx)
             labels.append(str(gene))
-    rng = random.Random(7)
+    rng = random.Random(name)
     for _ in range(2):
         variants.append(apply_genome(text, random_genome(rng, 2, 5), spec.launch).ptx)
         labels.append("random genome")

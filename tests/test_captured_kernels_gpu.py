@@ -1,0 +1,66 @@
+"""Kernels captured from programs evo had not seen (tests/data/captured) measured on a
+GPU: a max-autotune GEMM template (cp.async into 160 KiB of dynamic shared memory, wgmma,
+bf16; it failed to launch before the worker allowed more than 48 KiB of dynamic shared
+memory) and an embedding backward adding floats atomically (its baseline failed as
+"output not written" before its gradient was inout): each baseline passes the gate
+against itself, each transform's first gene is a correct variant or rejected with a
+reason, never a harness error; the atomic kernel's variant passes the finalist check.
+
+Run with ``python3 -m pytest -m gpu -x -q tests/test_captured_kernels_gpu.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evo.search import applicable_genes
+from genomes import transforms
+from genomes.genome import Genome
+from harness.backends.gpu import GpuBackend
+from harness.evaluate import Evaluator
+from harness.kernels.suite import find_kernel
+from harness.store import Store
+
+pytestmark = pytest.mark.gpu
+
+CAPTURED = Path(__file__).parent / "data" / "captured"
+
+
+@pytest.mark.parametrize("name", ["addmm_gelu", "embedding_backward"])
+def test_a_captured_kernel_and_each_transform_measured(name):
+    spec = find_kernel(CAPTURED / f"{name}.toml")
+    first = {}
+    for gene in applicable_genes(spec.ptx_text(), spec.launch):
+        first.setdefault(gene.transform, gene)
+    genes = list(first.values())
+    backend = GpuBackend([0], seed=5)
+    try:
+        with Store(":memory:") as store:
+            results = Evaluator(backend, store).evaluate(spec, [Genome()] + [Genome((g,)) for g in genes])
+    finally:
+        backend.close()
+    base, variants = results[0], results[1:]
+    assert base.valid, base.reason
+    assert not any(m.reason.startswith("worker error") for m in variants)
+    rejected = {str(g): m.reason for g, m in zip(genes, variants) if not m.valid}
+    print(f"\n{name}: baseline {base.cycles:.0f} cycles; "
+          + ", ".join(f"{g} {base.cycles / m.cycles:.3f}x" for g, m in zip(genes, variants) if m.valid)
+          + f"; rejected: {rejected}")
+    broken = {str(g): m.reason for g, m in zip(genes, variants) if not m.valid
+              and not transforms.get(g.transform).changes_results and "ptxas" not in m.reason}
+    assert not broken, broken
+
+
+def test_a_variant_of_a_kernel_adding_floats_atomically_passes_the_finalist_check():
+    """Its two determinism runs differ in the last bits, as its baseline's do: judged
+    within the tolerance, not bit for bit."""
+    from genomes.genome import apply_genome, parse_inline
+    from harness.gpu.finalist import check_finalist
+
+    spec = find_kernel(CAPTURED / "embedding_backward.toml")
+    result = check_finalist(spec, apply_genome(spec.ptx_text(), parse_inline("maxnreg(n=128)")).ptx)
+    assert result.ok or not result.ran, result.reason
+    if result.ran:
+        assert "within the tolerance" in result.details["determinism"], result.details
