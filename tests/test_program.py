@@ -43,7 +43,8 @@ def test_the_command_is_read_as_python_reads_it(app):
 @pytest.mark.parametrize("command, says", [
     ([], "no program given"), (["--", "python"], "no program given"),
     (["python", "-m"], "needs a module name"), (["python", "-O", "app.py"], "-O is not supported"),
-    (["python", "missing.py"], "missing.py: no such script")])
+    (["python", "missing.py"], "missing.py: no such script"),
+    (["torchrun", "--nproc-per-node", "2", "app.py"], "torchrun starts several processes.*one rank")])
 def test_a_bad_command_is_one_clear_error(command, says):
     with pytest.raises(EvoError, match=says):
         program_argv(command)

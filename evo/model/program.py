@@ -38,6 +38,7 @@ from evo.model.hook import GraphWatch, LaunchHook, LaunchTimer, elapsed_us
 
 TIMED = 20  # launches timed per kernel and arguments; the rest count at their mean
 USAGE = "evo capture --out DIR -- python app.py [ARGS]"
+LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "mpirun", "srun")  # start many processes
 
 
 def program_argv(command: list[str]) -> tuple[str, str, list[str]]:
@@ -57,6 +58,12 @@ def program_argv(command: list[str]) -> tuple[str, str, list[str]]:
     if cmd[0].startswith("-"):
         raise EvoError(f"python option {cmd[0]} is not supported here: the program runs in "
                        "evo's own Python (set PYTHON* environment variables instead)")
+    if Path(cmd[0]).name in LAUNCHERS and not Path(cmd[0]).is_file():
+        raise EvoError(f"{cmd[0]} starts several processes; evo runs one, in its own Python: "
+                       "give one rank as python app.py ARGS (with the environment it needs, "
+                       "e.g. RANK=0 WORLD_SIZE=1 MASTER_ADDR=localhost MASTER_PORT=29500). "
+                       "To put evolved kernels into every worker, evo install without a "
+                       "program prints the environment that does")
     if not Path(cmd[0]).is_file():
         raise EvoError(f"{cmd[0]}: no such script (the command is {' '.join(command)})")
     return "path", cmd[0], cmd
