@@ -244,6 +244,7 @@ def run(kernels, *, generations: int = 9, pop: int = 5, strategy: str = "evolve"
     from evo import config as config_mod
     from evo import report
     from evo import run as run_mod
+    from evo.search import valid_cycles
 
     items = [kernels] if isinstance(kernels, (str, Path, KernelSpec)) else list(kernels)
     suite = _suite(items)
@@ -259,7 +260,7 @@ def run(kernels, *, generations: int = 9, pop: int = 5, strategy: str = "evolve"
         cfg = cfg.override(section, **values)
     rundir, results = run_mod.start_and_execute(cfg, Path(out) if out is not None else None,
                                                 verbosity, list(sys.argv))
-    return [RunResult(r.kernel, _cycles(r.baseline), _cycles(r.best), report.speedup(r),
+    return [RunResult(r.kernel, valid_cycles(r.baseline), valid_cycles(r.best), report.speedup(r),
                       Genome.from_json(r.best_genome), rundir.path.resolve(),
                       (r.best or r.baseline or {}).get("timer") == "static", r.evals,
                       r.generations, r) for r in results]
@@ -401,8 +402,4 @@ def _spec_file(spec: KernelSpec) -> Path:
     _write(path, text)
     return path
 
-
-def _cycles(summary: dict | None) -> float | None:
-    ok = summary and summary.get("valid") and summary.get("cycles") is not None
-    return summary["cycles"] if ok else None
 

@@ -51,7 +51,7 @@ from evo.config import Config
 from evo.driver import MemoryLedger, each_kernel
 from evo.kernel_run import KernelRun, Observer
 from evo.rundir import write_atomic
-from evo.search import new_checkpoint, search_kernel
+from evo.search import new_checkpoint, search_kernel, valid_cycles
 
 # The contestants, in the order they run: the strategies under bench settings, then every
 # other strategy of evo.strategies under its own (a new strategy's file is enough).
@@ -283,7 +283,7 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
         finally:
             evaluator.close()
         seconds = time.perf_counter() - start
-    entry = {"baseline": _cycles(res.baseline), "best": _cycles(res.best),
+    entry = {"baseline": valid_cycles(res.baseline), "best": valid_cycles(res.best),
              "evals": res.evals, "seconds": round(seconds, 2),
              "genome": str(Genome.from_json(res.best_genome)),
              "timer": (res.best or {}).get("timer", ""),
@@ -302,6 +302,3 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
         entry["prior"] = {"neighbors": prior["neighbors"][:3], "seeds": prior["seeds"][:4]}
     return entry
 
-
-def _cycles(summary: dict | None) -> float | None:
-    return summary["cycles"] if summary and summary.get("valid") else None

@@ -42,7 +42,7 @@ def results_from_checkpoint(run: RunDir, strategy_name: str) -> list[KernelResul
     return out
 
 
-def _cycles(summary: dict | None) -> str:
+def _cycles_text(summary: dict | None) -> str:
     if not summary:
         return "-"
     if not summary["valid"] or summary["cycles"] is None:
@@ -136,8 +136,8 @@ def kernel_line(result: KernelResult) -> str:
     tag = f" [{STATIC}]" if is_static(result) else ""
     gain = f"{s:.2f}x" if s else "-"
     again = f"; measured again: {confirmed(result)}" if result.confirmed else ""
-    return (f"{result.kernel}: baseline {_cycles(result.baseline)} -> best "
-            f"{_cycles(result.best)} cycles ({gain}), {result.evals} evaluations, "
+    return (f"{result.kernel}: baseline {_cycles_text(result.baseline)} -> best "
+            f"{_cycles_text(result.best)} cycles ({gain}), {result.evals} evaluations, "
             f"best genome {best_genome(result)}{tag}{again}")
 
 
@@ -152,7 +152,7 @@ def table(results: list[KernelResult]) -> list[tuple]:
     rows = [HEADER]
     for r in results:
         s = speedup(r)
-        rows.append((r.kernel, _cycles(r.baseline), _cycles(r.best),
+        rows.append((r.kernel, _cycles_text(r.baseline), _cycles_text(r.best),
                      f"{s:.2f}x" if s else "-", confirmed(r), best_genome(r),
                      str(r.evals), "static" if is_static(r) else (r.best or {}).get("timer", "")))
     if not any(r.confirmed for r in results):

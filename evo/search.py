@@ -211,6 +211,12 @@ def _key(genome: Genome) -> str:
     return genome.effective().dumps()
 
 
+def valid_cycles(summary: dict | None) -> float | None:
+    """A summary's cycles where it is a valid measurement with a figure, else None."""
+    ok = summary and summary.get("valid") and summary.get("cycles") is not None
+    return summary["cycles"] if ok else None
+
+
 def summary(m: Measurement) -> dict:
     """What the run remembers of a measurement: plain JSON, the checkpoint's ``known``
     entries and the eval events' fields (``measurement`` reads it back). Strategies, the

@@ -102,13 +102,13 @@ def build_mutate_context(spec: KernelSpec, genome: Genome, baseline: Measurement
     """
     applied = apply_genome(spec.ptx_text(), genome, spec.launch)
     outcomes = list(applied.outcomes if outcomes is None else outcomes)
-    base_cycles, cur_cycles = _cycles(baseline), _cycles(current)
+    base_cycles, cur_cycles = _cycle_figure(baseline), _cycle_figure(current)
     if base_cycles["cycles"] and cur_cycles["cycles"]:
         change = cur_cycles["cycles"] / base_cycles["cycles"] - 1
         cur_cycles["vs_baseline"] = f"{change:+.1%} vs baseline"
     best_info = None
     if best_genome is not None:
-        best_info = {"genome": str(best_genome), "cycles": _cycles(best)}
+        best_info = {"genome": str(best_genome), "cycles": _cycle_figure(best)}
     resources, sass = _compile_figures(applied.ptx, arch)
     launch = applied.launch or spec.launch
     base_summary = search_facts.summary_of(known, Genome())
@@ -213,7 +213,7 @@ def _gene_info(index: int, outcome: GeneOutcome) -> dict:
             "rationale": gene.rationale if is_patch else ""}
 
 
-def _cycles(m: Measurement | None) -> dict:
+def _cycle_figure(m: Measurement | None) -> dict:
     """One cycle figure with a label that says where it came from."""
     out = {"cycles": None, "timer": "", "static": False, "valid": False, "reason": "",
            "vs_baseline": "", "text": "not measured yet"}
