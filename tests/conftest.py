@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from functools import cache
 from pathlib import Path
@@ -76,3 +77,22 @@ def measuring(kernel: str, measure, code_keys=None, spec=None):
     from types import SimpleNamespace
 
     return SimpleNamespace(name=kernel, spec=spec, measure=measure, code_keys=code_keys)
+
+
+@contextlib.contextmanager
+def gpu_evaluator(seed: int, store: bool = True):
+    """An Evaluator measuring on GPU 0 (its worker started here, closed on the way out)
+    over an in-memory store, or none (``store=False``): what GPU test modules set up."""
+    from harness.backends.gpu import GpuBackend
+    from harness.evaluate import Evaluator
+    from harness.store import Store
+
+    backend = GpuBackend([0], seed=seed)
+    try:
+        if store:
+            with Store(":memory:") as memory:
+                yield Evaluator(backend, memory)
+        else:
+            yield Evaluator(backend)
+    finally:
+        backend.close()

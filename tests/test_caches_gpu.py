@@ -13,11 +13,10 @@ import pytest
 
 from genomes.genome import Genome, parse_inline
 from harness import record
-from harness.backends.gpu import GpuBackend
-from harness.evaluate import Evaluator
 from harness.kernels.spec import Tolerance, with_caches
-from harness.store import Store
 from harness.kernels.suite import find_kernel
+
+from conftest import gpu_evaluator
 
 pytestmark = pytest.mark.gpu
 
@@ -26,10 +25,8 @@ TRITON = Path(__file__).parent / "data" / "unseen" / "triton"
 
 @pytest.fixture(scope="module")
 def evaluator():
-    backend = GpuBackend([0], seed=7)
-    with Store(":memory:") as store:
-        yield Evaluator(backend, store)
-    backend.close()
+    with gpu_evaluator(seed=7) as evaluator:
+        yield evaluator
 
 
 def test_cold_timing_reads_from_dram_and_says_so(evaluator):

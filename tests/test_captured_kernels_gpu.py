@@ -18,10 +18,9 @@ import pytest
 from evo.search import applicable_genes
 from genomes import transforms
 from genomes.genome import Genome
-from harness.backends.gpu import GpuBackend
-from harness.evaluate import Evaluator
 from harness.kernels.suite import find_kernel
-from harness.store import Store
+
+from conftest import gpu_evaluator
 
 pytestmark = pytest.mark.gpu
 
@@ -35,12 +34,8 @@ def test_a_captured_kernel_and_each_transform_measured(name):
     for gene in applicable_genes(spec.ptx_text(), spec.launch):
         first.setdefault(gene.transform, gene)
     genes = list(first.values())
-    backend = GpuBackend([0], seed=5)
-    try:
-        with Store(":memory:") as store:
-            results = Evaluator(backend, store).evaluate(spec, [Genome()] + [Genome((g,)) for g in genes])
-    finally:
-        backend.close()
+    with gpu_evaluator(seed=5) as evaluator:
+        results = evaluator.evaluate(spec, [Genome()] + [Genome((g,)) for g in genes])
     base, variants = results[0], results[1:]
     assert base.valid, base.reason
     assert not any(m.reason.startswith("worker error") for m in variants)

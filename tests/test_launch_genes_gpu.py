@@ -14,12 +14,12 @@ import pytest
 from genomes.genome import Genome, parse_inline
 from genomes.launch import Launch
 from harness import record
-from harness.backends.gpu import GpuBackend
 from harness.compile import compile_ptx
-from harness.evaluate import Evaluator
 from harness.kernels.spec import load_spec
 from harness.kernels.suite import find_kernel
 from harness.gpu.worker import GpuWorker, MeasureRequest
+
+from conftest import gpu_evaluator
 
 pytestmark = pytest.mark.gpu
 
@@ -39,9 +39,8 @@ def _spec(name: str):
 
 @pytest.fixture(scope="module")
 def evaluator():
-    backend = GpuBackend([0], seed=7)
-    yield Evaluator(backend)
-    backend.close()
+    with gpu_evaluator(seed=7, store=False) as evaluator:
+        yield evaluator
 
 
 @pytest.mark.parametrize("name", KERNELS, ids=lambda n: Path(n).stem)

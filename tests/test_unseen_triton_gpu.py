@@ -15,11 +15,10 @@ import pytest
 from evo.search import applicable_genes
 from genomes import transforms
 from genomes.genome import Genome
-from harness.backends.gpu import GpuBackend
 from harness.compile import target_arch
-from harness.evaluate import Evaluator
-from harness.store import Store
 from harness.kernels.suite import find_kernel
+
+from conftest import gpu_evaluator
 
 pytestmark = pytest.mark.gpu
 
@@ -28,10 +27,8 @@ TRITON = Path(__file__).parent / "data" / "unseen" / "triton"
 
 @pytest.fixture(scope="module")
 def evaluator():
-    backend = GpuBackend([0], seed=3)
-    with Store(":memory:") as store:
-        yield Evaluator(backend, store)
-    backend.close()
+    with gpu_evaluator(seed=3) as evaluator:
+        yield evaluator
 
 
 @pytest.mark.parametrize("name", ["leaky_relu", "sigmoid_scale", "rms_norm"])

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from genomes.genome import Genome, parse_inline
-from harness.backends.gpu import GpuBackend
-from harness.evaluate import Evaluator
 from harness.kernels.spec import load_spec
 from harness.kernels.suite import find_kernel
+
+from conftest import gpu_evaluator
 
 pytestmark = pytest.mark.gpu
 
@@ -25,9 +25,8 @@ KERNELS = ["reduce_sum", "reduce_max", str(TREES / "sum_sq_128.toml"),
 
 @pytest.fixture(scope="module")
 def evaluator():
-    backend = GpuBackend([0], seed=11)
-    yield Evaluator(backend)
-    backend.close()
+    with gpu_evaluator(seed=11, store=False) as evaluator:
+        yield evaluator
 
 
 @pytest.mark.parametrize("name", KERNELS, ids=lambda n: Path(n).stem)
