@@ -320,18 +320,21 @@ def same_code(kernels: list[dict]) -> dict[str, list[str]]:
     unmasked), captured once per size it ran at. Each such kernel's name -> the names of
     every entry with its code, in manifest order (the largest share first: the one
     ``evo run --model`` evolves). A kernel captured at one size that does not read its
-    sizes is not in it."""
+    sizes is not in it. One code is one compiled kernel (Triton's cache hash): where a
+    capture lacks it, entries are never grouped (a forward and a backward kernel may
+    share a name, not their code)."""
     groups: dict[tuple, list[str]] = {}
     reads = {k["name"] for k in kernels if k.get("reads_sizes")}
     for k in kernels:
-        groups.setdefault((k["source"]["kernel"], k["source"].get("cache_hash")), []).append(k["name"])
+        compiled = k["source"].get("cache_hash") or k["name"]  # no hash: a group of its own
+        groups.setdefault((k["source"]["kernel"], compiled), []).append(k["name"])
     return {name: names for names in groups.values() for name in names
             if len(names) > 1 or name in reads}
 
 
 def other_sizes(spec) -> list:
-    """The specs of the other captured sizes of a kernel compiled for dynamic shapes
-    (``spec`` read from a capture folder's kernels/); [] for any other kernel."""
+    """The specs of the other captured sizes of a code one launcher runs at several
+    (``same_code``; ``spec`` read from a capture folder's kernels/); [] for any other."""
     folder = Path(spec.spec_path).parent.parent if spec.spec_path else None
     if folder is None or not (folder / MANIFEST).is_file():
         return []
