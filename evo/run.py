@@ -300,9 +300,10 @@ def confirm(backend, spec: KernelSpec, result, saved: KernelEntry) -> dict:
 
 
 def at_other_sizes(evaluator, result, others: list[KernelSpec]) -> dict:
-    """A kernel compiled for dynamic shapes runs one code at every size: its best genome
-    checked (and timed) at each other captured size, ``others``, as at its own. {"genome":
-    the best's, name: {"valid", "reason", "baseline", "best"}} per other size, kept in the
+    """A code one launcher runs at several sizes (``evo.model.capture.same_code``): its
+    best genome through the gate and timed at each other captured size, ``others``, as at
+    its own (the finalist's compute-sanitizer runs at its own size only). {"genome": the
+    best's, name: {"valid", "reason", "baseline", "best"}} per other size, kept in the
     kernel's checkpoint entry for ``evo.model.install.plan``."""
     genome = Genome.from_json(result.best_genome)
     out: dict = {"genome": result.best_genome}
@@ -310,7 +311,7 @@ def at_other_sizes(evaluator, result, others: list[KernelSpec]) -> dict:
         base = evaluator.baseline(other)
         best = evaluator.evaluate(other, [genome])[0] if genome.genes else base
         out[other.name] = {"valid": bool(base.valid and best.valid),
-                           "reason": "" if best.valid else best.reason,
+                           "reason": base.reason if not base.valid else "" if best.valid else best.reason,
                            "baseline": base.cycles if base.valid else None,
                            "best": best.cycles if best.valid else None}
     return out
