@@ -144,6 +144,19 @@ def test_a_templates_arg_pointers_are_inputs_not_workspaces(manifest, tmp_path):
     assert [spec.param(n).role for n in renamed.values()] == ["in"] * len(renamed)
 
 
+def test_a_user_defined_kernels_own_names_take_their_roles_from_its_code(manifest, tmp_path):
+    """A Triton kernel the user wrote and torch.compile launched keeps the user's names
+    (x, result): read only, an input; written, inout (nothing says it is all written)."""
+    first = _launches(manifest)[0]
+    user = {a.name: f"user_{a.name.split('_')[0]}{i}" for i, a in enumerate(first.args) if a.pointer}
+    args = tuple(Arg(**{**a.__dict__, "name": user[a.name], "role": capture.role_of(user[a.name]) or ""})
+                 if a.name in user else a for a in first.args)
+    assert not capture.write([Launch(**{**first.__dict__, "args": args})], tmp_path)["skipped"]
+    spec = capture.read(tmp_path)["kernels"][0]["kernel_spec"]
+    want = {user[a.name]: ("inout" if a.role == "out" else a.role) for a in first.args if a.pointer}
+    assert {p.name: p.role for p in spec.buffers() if p.name in want} == want
+
+
 def test_extent_counts_what_a_strided_view_reaches():
     assert capture.extent((4, 8), (8, 1)) == 32
     assert capture.extent((4, 8), (16, 1)) == 56  # rows of a wider buffer: holes between them

@@ -87,9 +87,13 @@ class Launch:
         return (hashlib.sha256(self.ptx.encode()).hexdigest(), self.grid, self.num_warps, args)
 
 
+WORKSPACES = ("ws_ptr", "sem_ptr")  # Inductor's names of memory a kernel owns (split-K semaphores)
+
+
 def role_of(name: str) -> str | None:
     """A pointer's role from Inductor's argument name; None for a pointer of another kind
-    (``ws_ptr``, ``sem_ptr``: a workspace the kernel owns)."""
+    (``ws_ptr``, ``sem_ptr``: a workspace the kernel owns) or another's naming (a
+    user-defined Triton kernel's own parameter names: its code decides, ``code_roles``)."""
     for prefix, role in ROLES:
         if name.startswith(prefix):
             return role
@@ -247,10 +251,13 @@ def capture(fn, *inputs, out, warmup: int = 1, profile: bool = True) -> dict:
 
 
 def code_roles(launch: Launch) -> dict[str, str]:
-    """Each named pointer's role, widened by what the kernel's code does with it: a pointer
-    named for output that the code also reads or adds into atomically (an embedding's
-    backward scatters into a gradient an earlier kernel zeroed: its earlier content counts)
-    is inout, and so is an input the code writes. A workspace keeps no role."""
+    """Each pointer's role, from what the kernel's code does with it: a pointer named for
+    output that the code also reads or adds into atomically (an embedding's backward
+    scatters into a gradient an earlier kernel zeroed: its earlier content counts) is
+    inout, and so is an input the code writes. A pointer Inductor did not name (a
+    user-defined Triton kernel's ``x_ptr``, ``output``) is an input where the code only
+    reads it (or never touches it), else inout: judged whole, as nothing says it is all
+    written. A workspace (``WORKSPACES``) keeps no role."""
     from harness.kernels.spec_ptx import pointer_uses, ptx_entries
 
     entries = ptx_entries(launch.ptx)
@@ -259,6 +266,9 @@ def code_roles(launch: Launch) -> dict[str, str]:
     roles = {}
     for arg, declared in zip(launch.args, entries.get(entry, [])):
         use = uses.get(declared.name)
+        if arg.pointer and not arg.role and not arg.name.startswith(WORKSPACES):
+            roles[arg.name] = "in" if use is None or use.role in (None, "in") else "inout"
+            continue
         widen = use is not None and use.role not in (None, arg.role) and arg.role in ("in", "out")
         roles[arg.name] = "inout" if widen else arg.role
     return roles
