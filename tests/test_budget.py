@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from evo.model import budget
 
 from conftest import needs_ptxas
@@ -30,6 +29,21 @@ def test_shares_come_from_capture_folders_only(tmp_path):
     manifest = json.loads((DECODER / "manifest.json").read_text())
     got = budget.shares([str(DECODER), "relu", str(tmp_path)])
     assert got == {k["name"]: k["share"] for k in manifest["kernels"]}
+
+
+def test_a_code_run_at_two_sizes_weighs_by_both_shares(tmp_path):
+    """Evolved once for both sizes (one launcher), so its budget is for both."""
+    import shutil
+
+    cap = tmp_path / "cap"
+    shutil.copytree(DECODER, cap)
+    data = json.loads((cap / "manifest.json").read_text())
+    one, other = data["kernels"][1], data["kernels"][2]
+    other["source"] = dict(one["source"])
+    (cap / "manifest.json").write_text(json.dumps(data))
+    got = budget.shares([str(cap)])
+    assert other["name"] not in got
+    assert abs(got[one["name"]] - (one["share"] + other["share"])) < 1e-12
 
 
 @needs_ptxas

@@ -2,8 +2,9 @@
 --budget-evals N``) split over the kernels in proportion to their share of the step.
 
 Kernels from a capture folder (``evo.capture``) weigh by the share of the step's GPU time
-its manifest records; any other kernel of the run weighs as the mean of those (all alike
-when the run has no capture). Each kernel gets at least ``floor`` evaluations (one
+its manifest records (a code one launcher runs at several captured sizes, evolved once,
+by the shares of all its sizes: ``evo.model.capture.same_code``); any other kernel of the
+run weighs as the mean of those (all alike when the run has no capture). Each kernel gets at least ``floor`` evaluations (one
 population: a search needs its first generation), the rest by largest remainders, so the
 budgets add up to the total (or to ``floor`` x kernels, where that is more).
 """
@@ -18,15 +19,18 @@ from pathlib import Path
 def shares(patterns: list[str]) -> dict[str, float]:
     """Spec name -> share of the step, for the kernels of the capture folders among
     ``patterns`` (as ``[run] suite`` names them)."""
-    from evo.model.capture import MANIFEST
+    from evo.model.capture import MANIFEST, same_code
 
     out: dict[str, float] = {}
     for pattern in patterns:
         folder = Path(pattern).expanduser()
         if (folder / MANIFEST).is_file():
-            for k in json.loads((folder / MANIFEST).read_text())["kernels"]:
+            kernels = json.loads((folder / MANIFEST).read_text())["kernels"]
+            evolved_as = {name: names[0] for name, names in same_code(kernels).items()}
+            for k in kernels:
                 if k.get("share"):
-                    out[k["name"]] = float(k["share"])
+                    name = evolved_as.get(k["name"], k["name"])
+                    out[name] = out.get(name, 0.0) + float(k["share"])
     return out
 
 
