@@ -83,6 +83,7 @@ def model_lines(run: RunDir, results: list[KernelResult]) -> list[str]:
     import tomllib
     from pathlib import Path
 
+    from evo.model.budget import shares
     from evo.model.capture import MANIFEST
 
     try:
@@ -96,8 +97,9 @@ def model_lines(run: RunDir, results: list[KernelResult]) -> list[str]:
         if not path.is_file():
             continue
         manifest = json.loads(path.read_text())
-        rows = [(k["share"], by_name[k["name"]]) for k in manifest.get("kernels", [])
-                if k["name"] in by_name and k.get("share")]
+        # a code evolved once for all the sizes one launcher runs it at: their shares
+        rows = [(share, by_name[name]) for name, share in shares([pattern]).items()
+                if name in by_name]
         if not rows:
             continue
         share = sum(s for s, _ in rows)
