@@ -438,6 +438,8 @@ def test_a_code_one_launcher_runs_at_two_sizes_is_installed_once_checked_at_both
     _best(run, spec, "maxnreg(n=32)")
     (run / "checkpoint.json").write_text(json.dumps({"kernels": {}}))
     unchecked = {c.name: c for c in plan(cap, run)}[one["name"]]
+    sibling = {c.name: c for c in plan(cap, run)}[other["name"]]
+    assert sibling.reason == f"one code with {one['name']}, evolved once as it: {unchecked.reason}"
     assert unchecked.cubin is None
     assert unchecked.reason.startswith("one launcher runs its code at 2 captured sizes: its best was not checked")
     (run / "checkpoint.json").write_text(json.dumps({"kernels": {spec.name: {"sizes": {

@@ -130,13 +130,15 @@ def plan(capture_dir, run_dir, arch: str | None = None, verified: bool = True) -
             choice.reason = f"ptxas refused the best PTX: {compiled.error}"
             continue
         choice.cubin = compiled.cubin
-    installed = {c.name: c for c in choices if c.cubin is not None}
-    for choice in choices:  # another captured size of a code installed once for all
-        evolved = installed.get(groups.get(choice.name, [""])[0])
-        if evolved is not None and evolved is not choice:
-            choice.genome = evolved.genome
-            choice.reason = (f"one code at every size: {evolved.name}'s, installed with it "
-                             "(checked at this size too)")
+    by_name = {c.name: c for c in choices}
+    for choice in choices:  # another captured size of a code evolved once, as its first
+        evolved = by_name.get(groups.get(choice.name, [choice.name])[0])
+        if evolved is None or evolved is choice:
+            continue
+        choice.genome = evolved.genome
+        choice.reason = (f"one code at every size: {evolved.name}'s, installed with it "
+                         "(checked at this size too)" if evolved.cubin is not None else
+                         f"one code with {evolved.name}, evolved once as it: {evolved.reason}")
     return choices
 
 
