@@ -27,7 +27,7 @@ def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
         is_glob = any(ch in pattern for ch in "*?[")
         folder = Path(os.path.expanduser(pattern))
         if (folder / capture.MANIFEST).is_file():  # a capture: its kernels, largest share first
-            matches = _installable(folder, capture.read(folder)["kernels"])
+            matches = _installable(folder, capture.read(folder))
         elif is_glob and ("/" in pattern or pattern.endswith((".toml", ".ptx"))):
             files = sorted(f for f in glob.glob(os.path.expanduser(pattern))
                            if f.endswith((".toml", ".ptx")) and os.path.isfile(f))
@@ -52,7 +52,7 @@ def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
     return chosen
 
 
-def _installable(folder: Path, kernels: list[dict]) -> list[KernelSpec]:
+def _installable(folder: Path, manifest: dict) -> list[KernelSpec]:
     """A capture's kernels, one entry for each code compiled for dynamic shapes: one
     launcher runs it at every size, so it is evolved once, at the size with the largest
     share, and its best checked at every other captured size before ``evo.install`` puts
@@ -60,6 +60,13 @@ def _installable(folder: Path, kernels: list[dict]) -> list[KernelSpec]:
     at any: such a kernel is left out. Said on stderr; none left is an error."""
     from evo.model.capture import same_code
 
+    kernels = manifest["kernels"]
+    if not kernels:
+        skipped = manifest.get("skipped", [])
+        why = "; ".join(f"{s['kernel']}: {s['reason']}" for s in skipped[:3])
+        raise EvoError(f"{folder}: the capture holds no kernel evo can evolve"
+                       + (f" ({len(skipped)} skipped: {why}{'; ...' if len(skipped) > 3 else ''})"
+                          if skipped else ""))
     groups = same_code(kernels)
     single = [k["name"] for k in kernels if len(groups.get(k["name"], ())) == 1]
     for names in sorted({tuple(n) for n in groups.values() if len(n) > 1}):

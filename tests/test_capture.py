@@ -286,6 +286,15 @@ def test_a_code_that_does_not_read_its_sizes_but_runs_at_two_is_one_kernel_too(t
     assert capture.same_code(data["kernels"]) == {}
 
 
+def test_a_capture_with_no_kernel_to_evolve_says_why(tmp_path):
+    from evo.run_kernels import resolve_suite
+
+    (tmp_path / capture.MANIFEST).write_text(json.dumps({"format": capture.FORMAT, "kernels": [], "skipped": [
+        {"kernel": "triton_k", "launches": 2, "reason": "ws_ptr is a workspace (not an input or output)"}]}))
+    with pytest.raises(EvoError, match="holds no kernel evo can evolve .1 skipped: triton_k: ws_ptr is a workspace"):
+        resolve_suite([str(tmp_path)])
+
+
 def test_a_run_on_a_capture_leaves_out_the_kernels_compiled_for_dynamic_shapes(tmp_path, capsys):
     from evo.run_kernels import resolve_suite
 
