@@ -19,12 +19,18 @@ SEPARATOR = "::"  # between the capture folder and the run folder in EVO_INSTALL
 
 
 def environment(model, run) -> dict[str, str]:
-    """The variables that make a Python program install the run's kernels at start-up."""
+    """The variables that make a Python program install the run's kernels at start-up:
+    the hook's folder first on ``PYTHONPATH``, then evo's own where it runs from a source
+    folder (an installed evo is on every path of its environment already)."""
     import os
 
+    folders = [str(AUTOINSTALL)]
+    root = Path(__file__).resolve().parents[2]  # the folder holding the evo package
+    if root.name not in ("site-packages", "dist-packages"):
+        folders.append(str(root))
     path = os.environ.get("PYTHONPATH", "")
     return {"EVO_INSTALL": f"{Path(model).resolve()}{SEPARATOR}{Path(run).resolve()}",
-            "PYTHONPATH": str(AUTOINSTALL) + (os.pathsep + path if path else "")}
+            "PYTHONPATH": os.pathsep.join(folders + ([path] if path else []))}
 
 
 def cmd_install(args) -> int:
@@ -53,6 +59,9 @@ def cmd_install(args) -> int:
               f"run={str(args.run)!r})")
         return 0
     need_torch("evo install")
+    if not chosen:
+        print("evo install: nothing of the run to install; the program runs its own kernels",
+              file=sys.stderr)
     with Installed(choices) as installed:
         status = run_program(args.program)
         print("evo install: " + installed.describe().replace("\n", "\nevo install: "),
