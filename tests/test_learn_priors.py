@@ -207,3 +207,10 @@ def test_the_prior_eval_orders_next_genes_by_effect_and_by_gains_after(tmp_path,
     assert line.startswith("k2") and "after: first best 100.0 %, regret 0.0000" in line, line
     # the root's best next gene is vec_ld(4) either way; after it, alone picks fast_exp
     assert "alone: first best  50.0 %, regret 0.1400" in line, line
+
+
+def test_rank_correlation_of_expected_and_measured_gains():
+    from evo.learn.prior_eval import spearman
+
+    assert spearman([0.1, 0.2, 0.3], [1.0, 2.0, 3.0]) == 1.0
+    assert spearman([0.1, 0.2, 0.3], [3.0, 2.0, 1.0]) == -1.0

@@ -13,6 +13,11 @@ how often the first in each order is the best measured extension, and the mean r
 (the best extension's y minus that of the one ordered first; y = ln(baseline / cycles)).
 Ties in weight fall to the gene's name, for both orders alike.
 
+With ``--gains``: per kernel, the gain its prior expects of the best gene alone (the
+largest effect, nothing below 0) beside the best y measured on it, and their rank
+correlation (Spearman), over all kernels and over those that are not gemm tiles: whether
+a prior could say which kernels of a model deserve more trials.
+
 Nothing here runs on a GPU; a search on the GPU (``evo bench --strategies mcgs45_priors``)
 is the test of a search. This says whether the gains after the genes held order the next
 gene better than the effects alone on kernels whose answers the prior did not see.
@@ -67,13 +72,49 @@ def scores(prior: dict, entry: dict) -> dict[str, tuple[float, float]] | None:
     return out
 
 
+def spearman(a: list[float], b: list[float]) -> float:
+    """Rank correlation of ``a`` and ``b`` (ties ranked in order)."""
+    def ranks(xs):
+        out = [0] * len(xs)
+        for rank, i in enumerate(sorted(range(len(xs)), key=lambda i: xs[i])):
+            out[i] = rank
+        return out
+
+    return statistics.correlation(ranks(a), ranks(b))
+
+
+def gains(kb: dict, entries: list[dict]) -> list[tuple[str, float, float]]:
+    """(kernel, the gain its leave-one-out prior expects of its best gene, the best y
+    measured on it) per kernel, printed with the rank correlations (module docstring)."""
+    from evo.learn.priors import prior_for
+
+    rows = []
+    for entry in entries:
+        prior = prior_for(kb, entry["kernel"], entry["device"], entry["features"])
+        expected = max([0.0, *prior["genes"].values()])
+        best = max((y for _, y in entry["rows"]), default=0.0)
+        rows.append((entry["kernel"], expected, best))
+        print(f"{entry['kernel']:24s} expected {expected:.3f}  best measured {best:.3f}")
+    for label, some in (("all", rows), ("not gemm tiles", [r for r in rows if not r[0].startswith("gemm_tile")])):
+        if len(some) > 2:
+            print(f"rank correlation, {label} ({len(some)} kernels): "
+                  f"{spearman([r[1] for r in some], [r[2] for r in some]):.3f}")
+    return rows
+
+
 def main(argv=None) -> int:
     from evo.learn.priors import prior_for
     from evo.learn.source import add_held_out_arguments, held_out_entries
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_held_out_arguments(parser)
-    kb, entries = held_out_entries(parser.parse_args(argv))
+    parser.add_argument("--gains", action="store_true",
+                        help="each kernel's expected gain beside its best measured one")
+    args = parser.parse_args(argv)
+    kb, entries = held_out_entries(args)
+    if args.gains:
+        gains(kb, entries)
+        return 0
     rows = []
     for entry in entries:
         prior = prior_for(kb, entry["kernel"], entry["device"], entry["features"])
