@@ -310,3 +310,52 @@ def test_a_kernel_compiled_for_dynamic_shapes_is_evolved_once_checked_at_each_si
     out = capsys.readouterr().out
     assert f"  {evolved}: bitwise equal on 3 launch(es)" in out, out  # sizes in turn: both
     assert f"{other}: not installed: one code at every size: {evolved}'s" in out, out
+
+
+USER_KERNEL = """
+import sys
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scaled_add(x, y, result, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    keep = i < n
+    tl.store(result + i, 2.0 * tl.load(x + i, mask=keep) + tl.load(y + i, mask=keep), mask=keep)
+
+
+def fused(a, b):
+    out = torch.empty_like(a)
+    scaled_add[(triton.cdiv(a.numel(), 1024),)](a, b, out, a.numel(), BLOCK=1024)
+    return torch.relu(out)
+
+
+step = torch.compile(fused)
+a = torch.randn(1 << 20, device="cuda")
+b = torch.randn(1 << 20, device="cuda")
+for _ in range(int(sys.argv[1])):
+    y = step(a, b)
+torch.cuda.synchronize()
+print("checksum", float(y.sum()))
+"""
+
+
+def test_a_user_defined_triton_kernel_in_a_compiled_program_is_captured(tmp_path, capsys):
+    """A Triton kernel the user wrote, launched inside torch.compile, keeps the user's
+    parameter names (x, y, result): captured with roles from its code, not skipped as
+    workspaces (written CPU-first, session 19: run on a GPU in the next)."""
+    from evo.cli import main
+    from evo.model.capture import read
+
+    app = tmp_path / "app.py"
+    app.write_text(USER_KERNEL)
+    cap = tmp_path / "cap"
+    assert main(["capture", "--out", str(cap), "--", "python", str(app), "4"]) == 0
+    out = capsys.readouterr().out
+    m = read(cap)
+    user = [k for k in m["kernels"] if "scaled_add" in k["name"]]
+    assert user, out + str(m["skipped"])
+    roles = {p.name: p.role for p in user[0]["kernel_spec"].buffers()}
+    assert roles.get("x") == "in" and roles.get("y") == "in" and roles.get("result") == "inout", roles
