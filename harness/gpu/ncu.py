@@ -107,18 +107,19 @@ def parse_raw_csv(stdout: str, stderr: str = "", returncode: int = 0) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """The profiled process: launch the cubin once on the spec's seed-0 inputs."""
+    parser = argparse.ArgumentParser(prog="python -m harness.gpu.ncu", description=__doc__)
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("cubin", type=Path)
+    parser.add_argument("--grid", default="")
+    parser.add_argument("--block", default="")
+    args = parser.parse_args(argv)  # --help and usage errors need no GPU
+
     import cupy
 
     from harness.gpu.input_sets import make_inputs
     from harness.gpu.runner import allow_shared
     from harness.kernels.spec import load_spec
 
-    parser = argparse.ArgumentParser(prog="python -m harness.gpu.ncu", description=__doc__)
-    parser.add_argument("spec", type=Path)
-    parser.add_argument("cubin", type=Path)
-    parser.add_argument("--grid", default="")
-    parser.add_argument("--block", default="")
-    args = parser.parse_args(argv)
     spec = load_spec(args.spec)
     grid = tuple(int(v) for v in args.grid.split(",")) if args.grid else spec.grid
     block = tuple(int(v) for v in args.block.split(",")) if args.block else spec.block
