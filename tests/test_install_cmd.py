@@ -61,3 +61,15 @@ def test_the_start_up_hook_is_silent_says_a_bad_value_and_runs_what_it_shadows(t
     env = environment(DECODER, tmp_path / "run")
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(AUTOINSTALL), root]  # evo from source
     assert env["EVO_INSTALL"] == f"{DECODER.resolve()}{SEPARATOR}{(tmp_path / 'run').resolve()}"
+
+
+def test_evo_commands_take_out_what_the_start_up_hook_put_in(monkeypatch):
+    """An EVO_INSTALL exported in the shell also reaches evo capture/verify/install, which
+    put in (or leave out) kernels of their own: the hook's kernels come out first."""
+    from evo.model import install_cmd
+
+    removed = []
+    monkeypatch.setattr(install_cmd, "started_with", type("I", (), {"remove": lambda self: removed.append(1)})())
+    install_cmd.without_start_up_install()
+    install_cmd.without_start_up_install()  # once only
+    assert removed == [1] and install_cmd.started_with is None

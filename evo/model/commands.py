@@ -56,18 +56,23 @@ def add_parsers(command) -> None:
 
 
 def _capture(args) -> int:
+    from evo.model.install_cmd import without_start_up_install
     from evo.model.program import cmd_capture
 
+    without_start_up_install()
     return cmd_capture(args)
 
 
 def _verify(args) -> int:
     from evo.model.check import cmd_verify
+    from evo.model.install_cmd import without_start_up_install
 
+    without_start_up_install()
     return cmd_verify(args)
 
 
 def _install(args) -> int:
-    from evo.model.install_cmd import cmd_install
+    from evo.model.install_cmd import cmd_install, without_start_up_install
 
+    without_start_up_install()
     return cmd_install(args)

@@ -16,6 +16,17 @@ from pathlib import Path
 
 AUTOINSTALL = Path(__file__).resolve().parent / "autoinstall"  # holds sitecustomize.py
 SEPARATOR = "::"  # between the capture folder and the run folder in EVO_INSTALL
+started_with = None  # the Installed the start-up hook put in this process, if it did
+
+
+def without_start_up_install() -> None:
+    """Take out what EVO_INSTALL put in at start-up (an ``export`` left in the shell that
+    runs evo capture, verify or install): those commands put in, or leave out, kernels of
+    their own, and must not run under a second hook."""
+    global started_with
+    if started_with is not None:
+        started_with.remove()
+        started_with = None
 
 
 def environment(model, run) -> dict[str, str]:

@@ -14,12 +14,12 @@ import sys
 
 def _install(value: str) -> None:
     import evo
-    from evo.model.install_cmd import SEPARATOR
+    from evo.model import install_cmd
 
-    model, sep, run = value.partition(SEPARATOR)
+    model, sep, run = value.partition(install_cmd.SEPARATOR)
     if not sep:
-        raise ValueError(f"EVO_INSTALL={value!r}: expected CAPTURE_DIR{SEPARATOR}RUN_DIR")
-    evo.install(model=model, run=run)
+        raise ValueError(f"EVO_INSTALL={value!r}: expected CAPTURE_DIR{install_cmd.SEPARATOR}RUN_DIR")
+    install_cmd.started_with = evo.install(model=model, run=run)
 
 
 def _run_shadowed() -> None:
