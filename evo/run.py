@@ -175,11 +175,24 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             start = time.perf_counter()
             if prefer_exact(result, saved, measuring.measure, config.run.exact_slack, ledger.events):
                 spent.add("exact", start)
+        # a code one launcher runs at several captured sizes: its best checked at each
+        others = [with_caches(s, config.run.caches) for s in other_sizes(spec)] \
+            if backend.remeasures else []
+        if others:
+            start = time.perf_counter()
+            with turns.shared():
+                _check_other_sizes(spec, result, saved, evaluator, others, ledger.events)
+            spent.add("other sizes", start)
+            progress.note(f"{spec.name}: at its other captured sizes: {_sizes_said(saved.sizes)}")
+            ledger.save()
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             start = time.perf_counter()
             with turns.checks():  # beside other kernels' checks, never beside a timing
                 _check_finalist(spec, result, saved, ledger.events)
             spent.add("finalist check", start)
+            if others:  # a runner-up the finalist check kept: checked at the sizes too
+                with turns.shared():
+                    _check_other_sizes(spec, result, saved, evaluator, others, ledger.events, tries=1)
             ledger.save()
         start = time.perf_counter()
         if _reduce(spec, result, ledger.checkpoint, functools.partial(evaluator.code_keys, spec),
@@ -194,15 +207,6 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             if result.confirmed is not before:  # not the checkpoint's (resumed) one
                 ledger.events([{"type": "confirm", "kernel": spec.name, **result.confirmed}])
             ledger.save()
-        others = [with_caches(s, config.run.caches) for s in other_sizes(spec)]
-        if others and backend.remeasures and (saved.sizes or {}).get("genome") != result.best_genome:
-            start = time.perf_counter()
-            with turns.shared():
-                saved.sizes = at_other_sizes(evaluator, result, others)
-            spent.add("other sizes", start)
-            failed = [n for n, s in saved.sizes.items() if n != "genome" and not s["valid"]]
-            progress.note(f"{spec.name}: its best at its other captured sizes: "
-                          + (f"failed at {', '.join(failed)}" if failed else "passes at each"))
         if backend.remeasures and spec.peer and saved.peer is None:
             progress.note(f"{spec.name}: timing its peer {spec.peer}")
             start = time.perf_counter()
@@ -299,14 +303,52 @@ def confirm(backend, spec: KernelSpec, result, saved: KernelEntry) -> dict:
     return saved.confirmed
 
 
-def at_other_sizes(evaluator, result, others: list[KernelSpec]) -> dict:
-    """A code one launcher runs at several sizes (``evo.model.capture.same_code``): its
-    best genome through the gate and timed at each other captured size, ``others``, as at
-    its own (the finalist's compute-sanitizer runs at its own size only). {"genome": the
-    best's, name: {"valid", "reason", "baseline", "best"}} per other size, kept in the
-    kernel's checkpoint entry for ``evo.model.install.plan``."""
-    genome = Genome.from_json(result.best_genome)
-    out: dict = {"genome": result.best_genome}
+SIZES_TRIES = 3  # the best and at most two runners-up checked at a code's other sizes
+
+
+def _check_other_sizes(spec: KernelSpec, result, saved: KernelEntry, evaluator, others,
+                       on_events, tries: int = SIZES_TRIES) -> None:
+    """A code one launcher runs at several captured sizes (``evo.model.capture.same_code``)
+    is installed for all of them: its best goes through the gate, and is timed, at each
+    other size (``at_other_sizes``). Where it fails at one, the next best valid genome is
+    tried, and so on (at most ``tries``; the baseline needs no check), as the finalist
+    check demotes; none passing keeps the baseline. The outcome is kept in the kernel's
+    checkpoint entry (``sizes``: the genome it started from, the one kept, each size's
+    verdict on it, those demoted) for ``evo.model.install.plan``."""
+    first = Genome.from_json(result.best_genome).effective().dumps()
+    done = saved.sizes
+    if done is None or first not in (done.get("from"), done.get("kept")):
+        ranked = sorted(((s["cycles"], key) for key, s in saved.known.items()
+                         if s.get("valid") and s.get("cycles") is not None), key=lambda t: t[0])
+        order = [first] + [key for _, key in ranked if key != first]
+        done = {"from": first, "kept": Genome().dumps(), "at": {}, "demoted": []}
+        for key in order[:tries]:
+            genome = Genome.from_json(json.loads(key))
+            at = at_other_sizes(evaluator, genome, others)
+            if not genome.genes or all(s["valid"] for s in at.values()):
+                done.update(kept=key, at=at)
+                break
+            done["demoted"].append({"genome": str(genome), "failed": {
+                n: s["reason"] for n, s in at.items() if not s["valid"]}})
+        saved.sizes = done
+        on_events([{"type": "sizes", "kernel": spec.name, **done}])
+    if done["kept"] != first:
+        result.best_genome = json.loads(done["kept"])
+        result.best = saved.known.get(done["kept"], result.best)
+
+
+def _sizes_said(done: dict) -> str:
+    """One line of what ``_check_other_sizes`` decided."""
+    kept = str(Genome.from_json(json.loads(done["kept"])))
+    demoted = "; ".join(f"{d['genome']} failed at {', '.join(d['failed'])}" for d in done["demoted"])
+    return (f"{demoted}; kept {kept}" if demoted else f"{kept} passes at each")
+
+
+def at_other_sizes(evaluator, genome: Genome, others: list[KernelSpec]) -> dict:
+    """``genome`` through the gate and timed at each of ``others`` (the other captured
+    sizes of one code), as at its own size (the finalist's compute-sanitizer runs at its
+    own size only): {name: {"valid", "reason", "baseline", "best"}}."""
+    out: dict = {}
     for other in others:
         base = evaluator.baseline(other)
         best = evaluator.evaluate(other, [genome])[0] if genome.genes else base

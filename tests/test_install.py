@@ -103,10 +103,10 @@ def test_a_dynamic_kernel_is_installed_for_every_size_once_checked_at_each(tmp_p
     spec = capture.read(cap)["kernels"][0]["kernel_spec"]
     run = tmp_path / "run"
     _best(run, spec, "maxnreg(n=32)")
-    genome = parse_inline("maxnreg(n=32)").to_json()
+    key = parse_inline("maxnreg(n=32)").effective().dumps()
 
     def choices(sizes):
-        entry = {} if sizes is None else {"sizes": {"genome": genome, **sizes}}
+        entry = {} if sizes is None else {"sizes": {"from": key, "kept": key, "at": sizes, "demoted": []}}
         (run / "checkpoint.json").write_text(json.dumps({"kernels": {spec.name: entry}}))
         return {c.name: c for c in plan(cap, run)}
 
@@ -442,7 +442,8 @@ def test_a_code_one_launcher_runs_at_two_sizes_is_installed_once_checked_at_both
     assert sibling.reason == f"one code with {one['name']}, evolved once as it: {unchecked.reason}"
     assert unchecked.cubin is None
     assert unchecked.reason.startswith("one launcher runs its code at 2 captured sizes: its best was not checked")
+    key = parse_inline("maxnreg(n=32)").effective().dumps()
     (run / "checkpoint.json").write_text(json.dumps({"kernels": {spec.name: {"sizes": {
-        "genome": parse_inline("maxnreg(n=32)").to_json(), other["name"]: {"valid": True}}}}}))
+        "from": key, "kept": key, "at": {other["name"]: {"valid": True}}, "demoted": []}}}}))
     checked = {c.name: c for c in plan(cap, run)}[one["name"]]
     assert checked.cubin is not None and checked.scalars == {}

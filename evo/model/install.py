@@ -18,7 +18,8 @@ session 13). So a kernel is
 installed for the sizes it was captured with. A kernel compiled for dynamic shapes
 (``dynamic=True``, or after torch.compile saw a size change) reads its sizes as params and
 one launcher runs it at every size: ``evo run --model`` evolves it once and checks its
-best at every other size the capture saw (``evo.run.at_other_sizes``); ``plan`` installs
+best at every other size the capture saw (``evo.run._check_other_sizes``: a best failing
+at one gives way to the runner-up); ``plan`` installs
 it, found at whichever size it runs first, only where it passed at each (and never from a
 capture of one size). CUDA graphs recorded before a swap keep the code they recorded.
 """
@@ -166,24 +167,25 @@ def _in_program(verdict: dict | None, genome: str) -> str:
 
 
 def _unchecked_sizes(group: list[str], name: str, checked: dict, genome_file: Path) -> str:
-    """Why the best of ``name`` (a code compiled for dynamic shapes whose captured sizes
-    are ``group``) may not be installed, from the run's checks at its other sizes
-    (``evo.run.at_other_sizes``); "" when it passed at every one."""
+    """Why the best of ``name`` (a code one launcher runs at the captured sizes ``group``)
+    may not be installed, from the run's checks at its other sizes (its checkpoint entry's
+    ``sizes``: ``evo.run._check_other_sizes``); "" when it passed at every one."""
     from genomes.genome import Genome
 
     others = [n for n in group if n != name]
     if not others:
         return "captured at one size, evo checked it there only (capture a run at two sizes)"
     try:
-        best = Genome.from_json(json.loads(genome_file.read_text())).dumps()
-        same = Genome.from_json(checked["genome"]).dumps() == best
-    except (OSError, ValueError, KeyError, TypeError):
+        best = Genome.from_json(json.loads(genome_file.read_text())).effective().dumps()
+        same = checked["kept"] == best
+    except (OSError, ValueError, KeyError, TypeError, EvoError):
         same = False
     if not same:
         return "its best was not checked at its other captured sizes (a GPU run checks it)"
-    failed = [n for n in others if not (checked.get(n) or {}).get("valid")]
+    at = checked.get("at") or {}
+    failed = [n for n in others if not (at.get(n) or {}).get("valid")]
     if failed:
-        reason = (checked.get(failed[0]) or {}).get("reason") or "not checked"
+        reason = (at.get(failed[0]) or {}).get("reason") or "not checked"
         return f"its best failed at the captured size {failed[0]}: {reason}"
     return ""
 
