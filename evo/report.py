@@ -32,14 +32,27 @@ def results_from_checkpoint(run: RunDir, strategy_name: str) -> list[KernelResul
         if exact and exact["from"] == key and exact["kept"] != key:  # evo.exact's choice
             key, best = exact["kept"], exact["kept_result"]
             genome_json = json.loads(key)
+        key, genome_json, best = _kept_at_sizes(entry, key, genome_json, best)
         finalist = entry.finalist
         if finalist and finalist["kept"] != key:  # the search's best failed the finalist check
             key = finalist["kept"]
             genome_json = json.loads(key)
             best = entry.known.get(key)
+        key, genome_json, best = _kept_at_sizes(entry, key, genome_json, best)
         out.append(KernelResult(kernel, entry.baseline, genome_json, best, entry.evals,
                                 entry.state.get("generation", 0), entry.confirmed))
     return out
+
+
+def _kept_at_sizes(entry, key: str, genome_json, best):
+    """(key, genome, summary) after ``evo.run._check_other_sizes``'s choice where it started
+    from ``key`` (it runs before the finalist check, and again on a runner-up that check
+    kept: the entry holds its last)."""
+    sizes = entry.sizes
+    if sizes and sizes.get("from") == key and sizes.get("kept") not in (None, key):
+        key = sizes["kept"]
+        return key, json.loads(key), entry.known.get(key)
+    return key, genome_json, best
 
 
 def _cycles_text(summary: dict | None) -> str:

@@ -76,3 +76,9 @@ def test_a_best_failing_at_another_size_gives_way_to_the_runner_up(tmp_path, mon
     choices = {c.name: c for c in plan(cap, run.path)}
     assert choices[one["name"]].cubin is not None and choices[one["name"]].scalars == {}
     assert choices[other["name"]].reason.startswith(f"one code at every size: {one['name']}'s")
+    # evo show reads the same choice back from the checkpoint
+    from evo import report
+    from evo.rundir import RunDir
+
+    again = {r.kernel: r for r in report.results_from_checkpoint(RunDir.open(run.path), "evolve")}
+    assert Genome.from_json(again[one["name"]].best_genome).effective() == kept.effective()
