@@ -345,12 +345,16 @@ def same_code(kernels: list[dict]) -> dict[str, list[str]]:
 def other_sizes(spec) -> list:
     """The specs of the other captured sizes of a code one launcher runs at several
     (``same_code``; ``spec`` read from a capture folder's kernels/); [] for any other."""
+    from harness.kernels.spec import load_spec
+
     folder = Path(spec.spec_path).parent.parent if spec.spec_path else None
     if folder is None or not (folder / MANIFEST).is_file():
         return []
-    kernels = read(folder)["kernels"]
+    # the manifest alone says which they are: only their specs are read (a run asks this
+    # of every kernel it finishes; reading them all each time was N x N spec loads)
+    kernels = json.loads((folder / MANIFEST).read_text())["kernels"]
     names = set(same_code(kernels).get(spec.name, [])) - {spec.name}
-    return [k["kernel_spec"] for k in kernels if k["name"] in names]
+    return [load_spec(folder / k["spec"]) for k in kernels if k["name"] in names]
 
 
 def write(launches: list[Launch], out, times: dict[str, float] | None = None, total_us: float = 0.0,
