@@ -27,10 +27,7 @@ def add_parsers(command) -> None:
     p = command("verify", "run the program with a run's best kernels installed, each "
                           "checked against the program's own kernel on the program's own "
                           "data (evo verify --model DIR --run RUN -- python app.py ARGS)")
-    p.add_argument("--model", type=Path, required=True, metavar="DIR",
-                   help="the capture folder (evo capture --out DIR)")
-    p.add_argument("--run", type=Path, required=True, metavar="RUN",
-                   help="the run that evolved it (evo run --model DIR --out RUN)")
+    _model_and_run(p)
     p.add_argument("--checks", type=int, default=model_check.CHECKS, metavar="N",
                    help="launches of each installed kernel run both ways and compared "
                         f"(default {model_check.CHECKS})")
@@ -46,13 +43,18 @@ def add_parsers(command) -> None:
                            "--model DIR --run RUN -- python app.py ARGS), or, without a "
                            "program, say what would be installed and how to make the "
                            "program's next runs launch it, unchanged")
+    _model_and_run(p)
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- python app.py [ARGS]",
+                   help="the program, as you run it (none: print the plan and the environment)")
+    p.set_defaults(func=_install)
+
+
+def _model_and_run(p) -> None:
+    """The capture folder and the run folder, as verify and install name them."""
     p.add_argument("--model", type=Path, required=True, metavar="DIR",
                    help="the capture folder (evo capture --out DIR)")
     p.add_argument("--run", type=Path, required=True, metavar="RUN",
                    help="the run that evolved it (evo run --model DIR --out RUN)")
-    p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- python app.py [ARGS]",
-                   help="the program, as you run it (none: print the plan and the environment)")
-    p.set_defaults(func=_install)
 
 
 def _capture(args) -> int:
