@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from functools import cache
 from pathlib import Path
@@ -96,3 +97,18 @@ def gpu_evaluator(seed: int, store: bool = True):
             yield Evaluator(backend)
     finally:
         backend.close()
+
+
+def capture_with_one_code(folder: Path, first: int, second: int, reads_sizes: bool = False):
+    """A copy of the committed decoder capture (tests/data/capture/decoder) in ``folder``
+    whose entries ``first`` and ``second`` are one compiled code that one launcher ran at
+    two sizes (``reads_sizes``: and its code reads them): (manifest, first's entry,
+    second's entry), the manifest written."""
+    shutil.copytree(ROOT / "tests" / "data" / "capture" / "decoder", folder)
+    data = json.loads((folder / "manifest.json").read_text())
+    one, other = data["kernels"][first], data["kernels"][second]
+    other["source"] = dict(one["source"])
+    if reads_sizes:
+        one["reads_sizes"] = other["reads_sizes"] = ["xnumel"]
+    (folder / "manifest.json").write_text(json.dumps(data))
+    return data, one, other

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from evo.model import budget
 
-from conftest import needs_ptxas
+from conftest import capture_with_one_code, needs_ptxas
 
 DECODER = Path(__file__).parent / "data" / "capture" / "decoder"
 
@@ -33,14 +33,8 @@ def test_shares_come_from_capture_folders_only(tmp_path):
 
 def test_a_code_run_at_two_sizes_weighs_by_both_shares(tmp_path):
     """Evolved once for both sizes (one launcher), so its budget is for both."""
-    import shutil
-
     cap = tmp_path / "cap"
-    shutil.copytree(DECODER, cap)
-    data = json.loads((cap / "manifest.json").read_text())
-    one, other = data["kernels"][1], data["kernels"][2]
-    other["source"] = dict(one["source"])
-    (cap / "manifest.json").write_text(json.dumps(data))
+    _, one, other = capture_with_one_code(cap, 1, 2)
     got = budget.shares([str(cap)])
     assert other["name"] not in got
     assert abs(got[one["name"]] - (one["share"] + other["share"])) < 1e-12

@@ -15,7 +15,7 @@ from evo.model import capture
 from evo.model.capture import Arg, Launch
 from genomes.errors import EvoError
 
-from conftest import needs_ptxas
+from conftest import capture_with_one_code, needs_ptxas
 
 DECODER = Path(__file__).parent / "data" / "capture" / "decoder"
 
@@ -252,12 +252,7 @@ def test_a_dynamic_kernel_captured_at_two_sizes_is_evolved_once_and_knows_its_ot
     from evo.run_kernels import resolve_suite
 
     cap = tmp_path / "cap"
-    shutil.copytree(DECODER, cap)
-    data = json.loads((cap / capture.MANIFEST).read_text())
-    one, other = data["kernels"][1], data["kernels"][2]
-    other["source"] = dict(one["source"])
-    one["reads_sizes"] = other["reads_sizes"] = ["xnumel"]
-    (cap / capture.MANIFEST).write_text(json.dumps(data))
+    data, one, other = capture_with_one_code(cap, 1, 2, reads_sizes=True)
     specs = resolve_suite([str(cap)])
     assert [s.name for s in specs] == [k["name"] for k in data["kernels"] if k is not other]
     assert f"{one['name']}'s code runs at 2 captured sizes from one launcher" in capsys.readouterr().err
@@ -273,11 +268,7 @@ def test_a_code_that_does_not_read_its_sizes_but_runs_at_two_is_one_kernel_too(t
     from evo.run_kernels import resolve_suite
 
     cap = tmp_path / "cap"
-    shutil.copytree(DECODER, cap)
-    data = json.loads((cap / capture.MANIFEST).read_text())
-    one, other = data["kernels"][1], data["kernels"][2]
-    other["source"] = dict(one["source"])
-    (cap / capture.MANIFEST).write_text(json.dumps(data))
+    data, one, other = capture_with_one_code(cap, 1, 2)
     groups = capture.same_code(data["kernels"])
     assert groups == {one["name"]: [one["name"], other["name"]], other["name"]: [one["name"], other["name"]]}
     assert [s.name for s in resolve_suite([str(cap)])] == [k["name"] for k in data["kernels"] if k is not other]

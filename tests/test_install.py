@@ -15,7 +15,7 @@ from evo.model.verify import report
 from genomes.errors import EvoError
 from genomes.genome import apply_genome, parse_inline
 
-from conftest import needs_ptxas
+from conftest import capture_with_one_code, needs_ptxas
 
 DECODER = Path(__file__).parent / "data" / "capture" / "decoder"
 
@@ -86,15 +86,8 @@ def test_a_kernel_that_reads_its_sizes_at_run_time_is_not_installed(tmp_path):
 def test_a_dynamic_kernel_is_installed_for_every_size_once_checked_at_each(tmp_path):
     """One code runs at every size: installed (matched at any size) only where the run
     checked its best at the capture's other size; that size's entry says it goes with it."""
-    import shutil
-
     cap = tmp_path / "cap"
-    shutil.copytree(DECODER, cap)
-    data = json.loads((cap / capture.MANIFEST).read_text())
-    one, other = data["kernels"][0], data["kernels"][1]
-    other["source"] = dict(one["source"])
-    one["reads_sizes"] = other["reads_sizes"] = ["xnumel"]
-    (cap / capture.MANIFEST).write_text(json.dumps(data))
+    _, one, other = capture_with_one_code(cap, 0, 1, reads_sizes=True)
     spec = capture.read(cap)["kernels"][0]["kernel_spec"]
     index = next(i for i, p in enumerate(spec.params) if p.kind == "scalar")
     first_read = next(line for line in spec.ptx_text().splitlines() if "ld.param.b64" in line)
@@ -425,14 +418,8 @@ def test_the_plan_leaves_out_what_verify_found_differing_or_slower_in_the_progra
 def test_a_code_one_launcher_runs_at_two_sizes_is_installed_once_checked_at_both(tmp_path):
     """Its code reads no size, yet the capture saw it at two (one launcher): installed like
     a dynamic kernel, only with its best checked at the other size, matched at either."""
-    import shutil
-
     cap = tmp_path / "cap"
-    shutil.copytree(DECODER, cap)
-    data = json.loads((cap / capture.MANIFEST).read_text())
-    one, other = data["kernels"][0], data["kernels"][1]
-    other["source"] = dict(one["source"])
-    (cap / capture.MANIFEST).write_text(json.dumps(data))
+    _, one, other = capture_with_one_code(cap, 0, 1)
     spec = capture.read(cap)["kernels"][0]["kernel_spec"]
     run = tmp_path / "run"
     _best(run, spec, "maxnreg(n=32)")

@@ -5,19 +5,14 @@ runner-up is tried and kept, written to best/, and install.plan installs it for 
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
-from conftest import needs_ptxas
+from conftest import capture_with_one_code, needs_ptxas
 
 from evo import run as run_mod
 from evo.config import Config
-from evo.model import capture
 from genomes.genome import Genome
 from harness.backends import Backend
 from harness.record import Measurement
-
-DECODER = Path(__file__).parent / "data" / "capture" / "decoder"
 
 
 class TwoSizes(Backend):
@@ -49,11 +44,7 @@ def test_a_best_failing_at_another_size_gives_way_to_the_runner_up(tmp_path, mon
     import harness.backends
 
     cap = tmp_path / "cap"
-    shutil.copytree(DECODER, cap)
-    data = json.loads((cap / capture.MANIFEST).read_text())
-    one, other = data["kernels"][0], data["kernels"][1]
-    other["source"] = dict(one["source"])
-    (cap / capture.MANIFEST).write_text(json.dumps(data))
+    _, one, other = capture_with_one_code(cap, 0, 1)
     backend = TwoSizes(other["name"])
     monkeypatch.setattr(harness.backends, "make_backend", lambda *a, **k: backend)
     config = Config().override("run", suite=[str(cap)], generations=2, pop=4,
