@@ -112,3 +112,37 @@ def capture_with_one_code(folder: Path, first: int, second: int, reads_sizes: bo
         one["reads_sizes"] = other["reads_sizes"] = ["xnumel"]
     (folder / "manifest.json").write_text(json.dumps(data))
     return data, one, other
+
+
+def first_genes_assembled(text: str, launch, seed, randoms: int, longest: int,
+                          baseline: bool = False) -> tuple[list, list[str]]:
+    """Each transform's first gene alone on ``text`` with ``launch`` (asserted applied or
+    a no-op), then ``randoms`` random genomes of 2 to ``longest`` genes (the RNG seeded
+    with ``seed``), assembled by ptxas, after the baseline itself where ``baseline``:
+    (compile results, failures), where a register budget below what an instruction needs
+    (wmma, wgmma) is ptxas's clean refusal, as a search meets it, not a failure."""
+    import random
+
+    from genomes.genome import Genome, apply_genome
+    from genomes.variation import gene_alphabet, random_genome
+    from harness.compile import compile_many
+
+    first: dict = {}
+    for gene in gene_alphabet():
+        first.setdefault(gene.transform, gene)
+    variants, labels = ([text], ["baseline"]) if baseline else ([], [])
+    for gene in first.values():
+        applied = apply_genome(text, Genome((gene,)), launch)
+        outcome = applied.outcomes[0]
+        assert outcome.status in ("applied", "no-op"), (gene, outcome.detail)
+        if outcome.status == "applied":
+            variants.append(applied.ptx)
+            labels.append(str(gene))
+    rng = random.Random(seed)
+    for _ in range(randoms):
+        variants.append(apply_genome(text, random_genome(rng, 2, longest), launch).ptx)
+        labels.append("random genome")
+    results = compile_many(variants)
+    failures = [f"{label}: {r.error}" for label, r in zip(labels, results)
+                if not r.ok and "Insufficient registers" not in r.error]
+    return results, failures

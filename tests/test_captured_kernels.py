@@ -6,16 +6,12 @@ of dynamic shared memory."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import needs_ptxas
-from genomes.genome import Genome, apply_genome
-from genomes.variation import gene_alphabet, random_genome
-from harness.compile import compile_many
+from conftest import first_genes_assembled, needs_ptxas
 from harness.kernels.suite import find_kernel
 
 CAPTURED = Path(__file__).parent / "data" / "captured"
@@ -29,26 +25,10 @@ def test_every_gene_on_a_captured_kernel_is_a_no_op_or_assembles(name):
     spec = find_kernel(CAPTURED / f"{name}.toml")
     text = spec.ptx_text()
     assert all(mark in text for mark in WHAT[name])
-    variants, labels = [spec.ptx_text()], ["baseline"]
-    first = {}  # one gene per transform: every kind of edit, in a minute of ptxas
-    for gene in gene_alphabet():
-        first.setdefault(gene.transform, gene)
-    for gene in first.values():
-        applied = apply_genome(text, Genome((gene,)), spec.launch)
-        outcome = applied.outcomes[0]
-        assert outcome.status in ("applied", "no-op"), (gene, outcome.detail)
-        if outcome.status == "applied":
-            variants.append(applied.ptx)
-            labels.append(str(gene))
-    rng = random.Random(name)
-    for _ in range(2):
-        variants.append(apply_genome(text, random_genome(rng, 2, 5), spec.launch).ptx)
-        labels.append("random genome")
-    results = compile_many(variants)
-    # a register budget below what wgmma needs is ptxas's clean refusal, as a search meets it
-    failures = [f"{label}: {r.error}" for label, r in zip(labels, results)
-                if not r.ok and "Insufficient registers" not in r.error]
-    assert len(variants) > 10 and not failures, "\n".join(failures)
+    # one gene per transform: every kind of edit, in a minute of ptxas
+    results, failures = first_genes_assembled(text, spec.launch, name, randoms=2, longest=5,
+                                              baseline=True)
+    assert len(results) > 10 and not failures, "\n".join(failures)
     assert results[0].ok
 
 
