@@ -302,3 +302,16 @@ def test_a_run_on_a_capture_leaves_out_the_kernels_compiled_for_dynamic_shapes(t
     (cap / capture.MANIFEST).write_text(json.dumps(data))
     with pytest.raises(EvoError, match="every captured kernel is compiled for dynamic shapes"):
         resolve_suite([str(cap)])
+
+
+def test_the_profilers_kernel_times_add_up_by_name():
+    """One reading of torch.profiler's kernel events for evo.capture's shares and a
+    program capture's graph replays: GPU events only, summed by name, with their runs."""
+    from types import SimpleNamespace as Event
+
+    events = [Event(key="k", device_time_total=10.0, device_type="DeviceType.CUDA", count=2),
+              Event(key="k", device_time_total=5.0, device_type="DeviceType.CUDA", count=1),
+              Event(key="j", device_time_total=0.0, device_type="DeviceType.CUDA", count=4),
+              Event(key="aten::add", device_time_total=3.0, device_type="DeviceType.CPU", count=1)]
+    prof = Event(key_averages=lambda: events)
+    assert capture.profiled_kernels(prof) == {"k": (15.0, 3)}

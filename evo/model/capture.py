@@ -219,12 +219,20 @@ def gpu_times(fn, inputs) -> tuple[dict[str, float], float]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn(*inputs)
         torch.cuda.synchronize()
-    times: dict[str, float] = {}
+    times = {name: us for name, (us, _) in profiled_kernels(prof).items()}
+    return times, sum(times.values())
+
+
+def profiled_kernels(prof) -> dict[str, tuple[float, int]]:
+    """Kernel name -> (µs of GPU time, runs) from a stopped ``torch.profiler`` (its CUDA
+    events carry the Triton kernels' own names, graph nodes' too)."""
+    out: dict[str, tuple[float, int]] = {}
     for event in prof.key_averages():
         us = float(getattr(event, "device_time_total", 0.0) or 0.0)
         if us > 0 and str(getattr(event, "device_type", "")).endswith("CUDA"):
-            times[event.key] = times.get(event.key, 0.0) + us
-    return times, sum(times.values())
+            total, runs = out.get(event.key, (0.0, 0))
+            out[event.key] = (total + us, runs + int(event.count or 0))
+    return out
 
 
 def capture(fn, *inputs, out, warmup: int = 1, profile: bool = True) -> dict:

@@ -169,13 +169,12 @@ class ProgramRecorder(LaunchHook):
             return
         import torch
 
+        from evo.model.capture import profiled_kernels
+
         torch.cuda.synchronize()
         self._profiler.stop()
-        for event in self._profiler.key_averages():
-            us = float(getattr(event, "device_time_total", 0.0) or 0.0)
-            if us > 0 and event.count and str(getattr(event, "device_type", "")).endswith("CUDA"):
-                total, runs = self.replayed_us.get(event.key, (0.0, 0))
-                self.replayed_us[event.key] = (total + us, runs + event.count)
+        self.replayed_us = {name: (us, runs) for name, (us, runs) in
+                            profiled_kernels(self._profiler).items() if runs}
         self._profiler = False
 
     def launch(self, autotuner, args, stream, run):
