@@ -12,7 +12,8 @@ the whole checkpoint under one lock, so the file never holds an event whose stat
 checkpoint lacks (``events_bytes``).
 
 Timing is not shared: ``GpuTurns`` keeps the steps that run their own processes on a GPU
-(the finalist check under compute-sanitizer, a peer's timing) apart from every measurement.
+(the finalist check under compute-sanitizer, a peer's timing) apart from the measurements on
+that GPU.
 """
 
 from __future__ import annotations
@@ -34,21 +35,27 @@ class Stopped(Exception):
 
 
 class GpuTurns:
-    """Who uses the run's GPUs now: turns taken in the order asked, by groups.
+    """Who uses the run's GPUs now.
 
-    Measurements share the GPUs (``shared``): each GPU's worker takes one candidate at a
-    time whoever asks. Finalist checks (``checks``: compute-sanitizer and the determinism
-    runs, processes of their own that time nothing) share them with one another, and not
-    with a measurement, which they would slow. A peer's timing (``alone``) shares them with
-    nothing. A turn of another group waits until the holders are done and holds back
-    everyone who asks after it (first come, first served between groups), so measurements
-    asked for all the time never starve a check, nor checks a measurement. On the default
-    suite eight kernels' finalist checks took 17 s one after another (BENCHMARKS.md,
-    session 16), on resnet50's eighteen 71-98 s."""
+    Measurements (``shared``) use whichever GPU is free: each GPU's worker takes one
+    candidate at a time whoever asks. Finalist checks (``checks``: compute-sanitizer and the
+    determinism runs, processes of their own that time nothing) may run beside one another
+    but never beside a measurement on their GPU, which they would slow; a peer's timing
+    (``alone``) beside nothing on its GPU. Each turn gives the device id to run on, or None
+    (the process's default GPU).
+
+    Where the backend lends GPUs one at a time (``lend``, the GPU backend), a check or a
+    peer's timing borrows one GPU and the other GPUs go on measuring. Otherwise the turns
+    take every GPU by groups: a turn of another group waits until the holders are done and
+    holds back everyone who asks after it (first come, first served between groups), so
+    measurements asked for all the time never starve a check, nor checks a measurement. On
+    the default suite eight kernels' finalist checks took 17 s one after another
+    (BENCHMARKS.md, session 16), on resnet50's eighteen 71-98 s."""
 
     MEASURE, CHECK, ALONE = "measure", "check", None
 
-    def __init__(self):
+    def __init__(self, lend: Callable | None = None):
+        self._lend = lend  # lend(share) -> a context manager giving a device id
         self._cond = threading.Condition()
         self._group: str | None = None  # the holders' group (ALONE: one holder)
         self._holders = 0
@@ -56,15 +63,15 @@ class GpuTurns:
 
     def shared(self):
         """A measurement's turn."""
-        return self._turn(self.MEASURE)
+        return contextlib.nullcontext() if self._lend else self._turn(self.MEASURE)
 
     def checks(self):
         """A finalist check's turn."""
-        return self._turn(self.CHECK)
+        return self._lend(share=True) if self._lend else self._turn(self.CHECK)
 
     def alone(self):
-        """A turn with the GPUs to itself (a peer's timing)."""
-        return self._turn(self.ALONE)
+        """A turn with a GPU to itself (a peer's timing)."""
+        return self._lend(share=False) if self._lend else self._turn(self.ALONE)
 
     @contextlib.contextmanager
     def _turn(self, group: str | None):
@@ -75,7 +82,7 @@ class GpuTurns:
             self._queue.remove(ticket)
             self._group, self._holders = group, self._holders + 1
         try:
-            yield
+            yield None
         finally:
             with self._cond:
                 self._holders -= 1

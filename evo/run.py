@@ -122,7 +122,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     runmeta.record_backend(run, backend)
     if run.fresh:  # set up without error: the run has started, and is the newest
         run.link_latest()
-    lock, stop, turns = threading.Lock(), threading.Event(), GpuTurns()
+    lock, stop, turns = threading.Lock(), threading.Event(), GpuTurns(getattr(backend, "lend", None))
     jobs = jobs_for(config.run.jobs, backend.offers(), len(kernels),
                     llm is not None and bool(config.llm.ncu_every))
     if config.run.jobs == 0:
@@ -187,8 +187,8 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             ledger.save()
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             start = time.perf_counter()
-            with turns.checks():  # beside other kernels' checks, never beside a timing
-                _check_finalist(spec, result, saved, ledger.events)
+            with turns.checks() as gpu:  # beside other kernels' checks, never beside a timing
+                _check_finalist(spec, result, saved, ledger.events, gpu)
             spent.add("finalist check", start)
             if others:  # a runner-up the finalist check kept: checked at the sizes too
                 with turns.shared():
@@ -210,8 +210,8 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         if backend.remeasures and spec.peer and saved.peer is None:
             progress.note(f"{spec.name}: timing its peer {spec.peer}")
             start = time.perf_counter()
-            with turns.alone():
-                saved.peer = peer_or_reason(spec, config.run.gpus[0])
+            with turns.alone() as gpu:
+                saved.peer = peer_or_reason(spec, config.run.gpus[0] if gpu is None else gpu)
             spent.add("peer", start)
         ledger.save()  # the steps' seconds, the peer
         bar.end(result)
@@ -389,12 +389,13 @@ class _BarObserver(Observer):
 FINALIST_TRIES = 3  # the best and at most two runners-up go under compute-sanitizer
 
 
-def _check_finalist(spec: KernelSpec, result, saved: KernelEntry, on_events) -> None:
+def _check_finalist(spec: KernelSpec, result, saved: KernelEntry, on_events,
+                    gpu: int | None = None) -> None:
     """The best genome checked harder (``harness.gpu.finalist``: compute-sanitizer memcheck
     and racecheck, a static .nc check, two runs bitwise identical) before it is written
     to best/. A failure demotes it: the next best valid genome is checked, and so on (at
     most ``FINALIST_TRIES``; the baseline needs no check). A check that cannot run here
-    keeps the best and says so. The outcome is kept in the kernel's checkpoint entry
+    keeps the best and says so. On GPU ``gpu`` (None: the default one). The outcome is kept in the kernel's checkpoint entry
     (``finalist``): report.md quotes it, ``evo show`` and a resume use the kept genome."""
     from harness.gpu.finalist import check_finalist
 
@@ -413,7 +414,7 @@ def _check_finalist(spec: KernelSpec, result, saved: KernelEntry, on_events) -> 
                 break
             applied = apply_genome(spec.ptx_text(), genome, spec.launch)
             check = check_finalist(spec, applied.ptx, applied.launch
-                                   if applied.launch != spec.launch else None)
+                                   if applied.launch != spec.launch else None, gpu=gpu)
             if check.ok or not check.ran:
                 done.update(kept=key, reason=check.reason)
                 break

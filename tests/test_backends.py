@@ -155,39 +155,43 @@ def test_gpu_backend_refuses_mixed_models():
         GpuBackend([0, 1], worker_factory=lambda gpu: FakeWorker(gpu, next(names)))
 
 
-def test_concurrent_batches_never_share_a_worker():
-    """Two measure_many calls at once (a pipelined caller) use each worker one at a time."""
-    import threading
-    import time as _time
+class _SlowWorker:
+    """A GPU worker whose measurement takes 20 ms and counts overlapping calls."""
 
-    from harness.backends.gpu import GpuBackend
+    def __init__(self, gpu):
+        self.device_id, self.busy, self.overlaps, self.measured = gpu, False, 0, 0
 
-    class Worker:
-        def __init__(self, gpu):
-            self.device_id, self.busy, self.overlaps = gpu, False, 0
+    def device_name(self):
+        return "Fake GPU"
 
-        def device_name(self):
-            return "Fake GPU"
+    def measure(self, request):
+        if self.busy:
+            self.overlaps += 1
+        self.busy = True
+        time.sleep(0.02)
+        self.busy, self.measured = False, self.measured + 1
+        return Measurement(kernel="k", device="Fake GPU", valid=True, cycles=1.0,
+                           timer="clock64", n=1)
 
-        def measure(self, request):
-            if self.busy:
-                self.overlaps += 1
-            self.busy = True
-            _time.sleep(0.01)
-            self.busy = False
-            return Measurement(kernel="k", device="Fake GPU", valid=True, cycles=1.0,
-                               timer="clock64", n=1)
+    def close(self):
+        pass
 
-        def close(self):
-            pass
 
-    backend = GpuBackend([0], worker_factory=Worker)
-    spec = find_kernel("gemm_tile_2x2x2")
+def _variants(spec, n):
     from harness.compile import compile_ptx
 
     compiled = compile_ptx(spec.ptx_text())
-    variants = [Variant(Genome(), spec.ptx_text(), f"p{i}", compiled=compiled,
-                        code_hash=f"c{i}", clock_cubin=b"clock") for i in range(4)]
+    return [Variant(Genome(), spec.ptx_text(), f"p{i}", compiled=compiled,
+                    code_hash=f"c{i}", clock_cubin=b"clock") for i in range(n)]
+
+
+def test_concurrent_batches_never_share_a_worker():
+    """Two measure_many calls at once (a pipelined caller) use each worker one at a time."""
+    import threading
+
+    backend = GpuBackend([0], worker_factory=_SlowWorker)
+    spec = find_kernel("gemm_tile_2x2x2")
+    variants = _variants(spec, 4)
     threads = [threading.Thread(target=backend.measure_many, args=(spec, variants))
                for _ in range(3)]
     for t in threads:
@@ -195,3 +199,43 @@ def test_concurrent_batches_never_share_a_worker():
     for t in threads:
         t.join()
     assert backend.workers[0].overlaps == 0
+
+
+def test_a_lent_gpu_measures_nothing_while_the_others_go_on():
+    """lend: finalist checks (share=True) borrow one GPU together, a peer's timing another
+    alone; candidates measured meanwhile all go to the GPU nobody borrowed, and a lent
+    GPU measures again once given back."""
+    import threading
+
+    backend = GpuBackend([0, 1, 2], worker_factory=_SlowWorker)
+    spec = find_kernel("gemm_tile_2x2x2")
+    with backend.lend(share=True) as check_a, backend.lend(share=True) as check_b:
+        assert check_a == check_b  # checks share one GPU
+        with backend.lend() as peer:
+            assert peer != check_a
+            free = ({0, 1, 2} - {check_a, peer}).pop()
+            borrowed = threading.Thread(target=backend.measure_many, args=(spec, _variants(spec, 6)))
+            borrowed.start()
+            borrowed.join()
+            counts = {w.device_id: w.measured for w in backend.workers}
+            assert counts == {check_a: 0, peer: 0, free: 6}
+    backend.measure_many(spec, _variants(spec, 9))
+    assert all(w.measured > 0 for w in backend.workers if w.device_id != free)
+    assert all(w.overlaps == 0 for w in backend.workers)
+
+
+def test_a_lender_waits_for_its_gpus_current_candidate():
+    """With one GPU, a check asked for while a candidate is measured starts after it."""
+    import threading
+
+    backend = GpuBackend([0], worker_factory=_SlowWorker)
+    spec = find_kernel("gemm_tile_2x2x2")
+    measuring = threading.Thread(target=backend.measure_many, args=(spec, _variants(spec, 1)))
+    measuring.start()
+    deadline = time.monotonic() + 5
+    while not backend.workers[0].busy and time.monotonic() < deadline:
+        time.sleep(0.0005)  # until the candidate is on the GPU
+    assert backend.workers[0].busy
+    with backend.lend(share=True) as gpu:
+        assert gpu == 0 and backend.workers[0].measured == 1 and not backend.workers[0].busy
+    measuring.join()

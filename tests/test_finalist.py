@@ -346,3 +346,13 @@ def test_a_launch_error_under_the_sanitizer_fails_the_check(fake_gpu, monkeypatc
     assert not result.ok and result.ran
     assert result.reason == ("memcheck: launch error: cudaErrorIllegalAddress: an illegal memory "
                              "access was encountered"), result.reason
+
+
+def test_a_check_on_a_lent_gpu_sees_only_that_gpu(monkeypatch):
+    """on_gpu: the finalist's processes see the lent GPU alone, counted in this process's
+    own numbering where it was itself given a list of GPUs."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert finalist.on_gpu(None) == {} and finalist.on_gpu(1) == {"CUDA_VISIBLE_DEVICES": "1"}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4, 6,7")
+    assert finalist.on_gpu(1) == {"CUDA_VISIBLE_DEVICES": "6"}
+    assert finalist.on_gpu(0) == {"CUDA_VISIBLE_DEVICES": "4"}

@@ -25,21 +25,24 @@ def _search_state():
     return KernelEntry({"known": known}), result
 
 
-def _checker(reasons: list[str], seen: list):
-    def check(spec, ptx, launch=None):
+def _checker(reasons: list[str], seen: list, gpus: list | None = None):
+    def check(spec, ptx, launch=None, gpu=None):
         seen.append(launch)
+        if gpus is not None:
+            gpus.append(gpu)
         reason = reasons[len(seen) - 1]
         return finalist.FinalistResult(reason == "ok", reason)
     return check
 
 
 def test_a_best_that_fails_is_demoted_to_the_next_best(monkeypatch):
-    seen: list = []
-    monkeypatch.setattr(finalist, "check_finalist",
-                        _checker(["memcheck: 3 errors; first: Invalid __global__ read", "ok"], seen))
+    seen, gpus = [], []
+    monkeypatch.setattr(finalist, "check_finalist", _checker(
+        ["memcheck: 3 errors; first: Invalid __global__ read", "ok"], seen, gpus))
     saved, result = _search_state()
     events: list = []
-    run_mod._check_finalist(find_kernel("relu"), result, saved, events.extend)
+    run_mod._check_finalist(find_kernel("relu"), result, saved, events.extend, gpu=2)
+    assert gpus == [2, 2]  # on the GPU lent to the check
     assert Genome.from_json(result.best_genome) == SECOND and result.best["cycles"] == 120.0
     assert [d["genome"] for d in saved.finalist["demoted"]] == [str(BEST)]
     assert seen[0].grid == (1024, 1, 1)  # each candidate checked with its own launch

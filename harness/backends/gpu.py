@@ -3,6 +3,8 @@
 One ``GpuWorker`` (a crash-proof child process) per ``--gpus`` id. A worker measures one
 candidate at a time, so measurements on one GPU never overlap; with several GPUs the
 candidates of a batch are spread over them (one thread per GPU pulls the next candidate).
+Work that runs processes of its own on a GPU (a finalist check, a peer's timing) borrows one
+GPU (``lend``): no candidate goes to it meanwhile, and the other GPUs go on measuring.
 All GPUs must be the same model: results are stored under one device name, and the store
 must never mix devices.
 
@@ -16,12 +18,14 @@ every candidate, yet the same whichever order, GPU or resumed run measures it.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import math
 import os
 import queue
 import random
 import socket
+import threading
 
 from genomes.errors import EvoError
 from harness.backends import Backend, Variant
@@ -73,6 +77,8 @@ class GpuBackend(Backend):
         self._idle: queue.Queue = queue.Queue()
         for w in self.workers:
             self._idle.put(w)
+        self._sharing = threading.Lock()  # lend(share=True)'s GPU and its holders, below
+        self._shared: list | None = None  # [worker, holders] while lent to sharers
         self.host = socket.gethostname()
         self._baseline_cubins: dict[str, bytes] = {}
 
@@ -136,6 +142,36 @@ class GpuBackend(Backend):
 
     def offers(self) -> dict:
         return {**super().offers(), "measure_slots": len(self.workers)}  # one per GPU
+
+    @contextlib.contextmanager
+    def lend(self, share: bool = False):
+        """One GPU, its device id, kept from measurements while the caller holds it (a
+        finalist check's processes, a peer's timing); taken once its current candidate
+        is done, in turn with the measurements waiting for a GPU. ``share``: callers that
+        may run beside one another (finalist checks: they time nothing) join a GPU already
+        lent to such a caller instead of taking another, so the other GPUs keep measuring.
+        Before, a finalist check held every GPU of the run: with two GPUs resnet50's model
+        job ran 1.37x faster than with one (BENCHMARKS.md, session 17)."""
+        if not share:
+            worker = self._idle.get()
+            try:
+                yield worker.device_id
+            finally:
+                self._idle.put(worker)
+            return
+        with self._sharing:  # a second sharer waits here for the first to get its GPU
+            if self._shared is None:
+                self._shared = [self._idle.get(), 0]
+            self._shared[1] += 1
+            worker = self._shared[0]
+        try:
+            yield worker.device_id
+        finally:
+            with self._sharing:
+                self._shared[1] -= 1
+                if self._shared[1] == 0:
+                    self._shared = None
+                    self._idle.put(worker)
 
     # ------------------------------------------------------------------ measuring
     def measure_many(self, spec, variants: list[Variant],

@@ -212,9 +212,19 @@ def _driver_cmd(cubin: Path, spec, launch, seed: int, out: Path | None = None) -
     return cmd
 
 
-def _run(cmd: list[str], timeout_s: float) -> tuple[int | None, str, float]:
+def on_gpu(gpu: int | None) -> dict:
+    """The environment for a process that should see only device ``gpu`` of this
+    process's numbering (``CUDA_VISIBLE_DEVICES`` narrowed: its ``gpu``-th entry where
+    this process was given a list), or nothing to change for None."""
+    if gpu is None:
+        return {}
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return {"CUDA_VISIBLE_DEVICES": visible[gpu].strip() if gpu < len(visible) else str(gpu)}
+
+
+def _run(cmd: list[str], timeout_s: float, gpu: int | None = None) -> tuple[int | None, str, float]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p))
+        p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p), **on_gpu(gpu))
     start = time.perf_counter()
     try:
         done = subprocess.run(cmd, cwd=_ROOT, env=env, capture_output=True, text=True,
@@ -262,9 +272,11 @@ def _compare_runs(spec, first: Path, second: Path, seed: int, ordered: bool = Tr
 
 
 def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
-                   seed: int = 1, timeout_s: float = 600.0, arch: str = "sm_90") -> FinalistResult:
+                   seed: int = 1, timeout_s: float = 600.0, arch: str = "sm_90",
+                   gpu: int | None = None) -> FinalistResult:
     """Run the module docstring's four checks on ``ptx`` (a variant of ``spec``) with
-    ``launch`` (None: the spec's); never raises for what the variant does."""
+    ``launch`` (None: the spec's) on device ``gpu`` (None: the default one); never raises
+    for what the variant does."""
     from harness.compile import compile_ptx
 
     details: dict = {}
@@ -297,7 +309,7 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
         # The runs are independent processes: all at once, read in the docstring's order
         # (each waits ~1 s to start Python and CuPy: one after another, 3-6 s a kernel).
         with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
-            runs = {name: pool.submit(_run, cmd, timeout_s) for name, cmd in commands.items()}
+            runs = {name: pool.submit(_run, cmd, timeout_s, gpu) for name, cmd in commands.items()}
             failed = _first_failure(tools, commands, runs, details)
         if failed is not None:
             return failed
