@@ -239,3 +239,24 @@ def test_a_lender_waits_for_its_gpus_current_candidate():
     with backend.lend(share=True) as gpu:
         assert gpu == 0 and backend.workers[0].measured == 1 and not backend.workers[0].busy
     measuring.join()
+
+
+def test_checks_spread_over_idle_gpus_once_one_holds_its_share():
+    """lend(share=True): the fifth check at once takes another idle GPU; once every GPU
+    is lent, a check joins the least held one instead of waiting."""
+    import contextlib
+
+    from harness.backends import gpu as gpu_backend
+
+    backend = GpuBackend([0, 1], worker_factory=_SlowWorker)
+    with contextlib.ExitStack() as stack:
+        first = [stack.enter_context(backend.lend(share=True))
+                 for _ in range(gpu_backend.SHARERS_PER_GPU)]
+        assert len(set(first)) == 1
+        other = stack.enter_context(backend.lend(share=True))
+        assert other != first[0]
+        more = [stack.enter_context(backend.lend(share=True))
+                for _ in range(2 * gpu_backend.SHARERS_PER_GPU)]
+        assert sorted(more.count(g) for g in (0, 1)) == [gpu_backend.SHARERS_PER_GPU - 1,
+                                                        gpu_backend.SHARERS_PER_GPU + 1]
+    assert backend._idle.qsize() == 2  # both given back

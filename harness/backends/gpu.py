@@ -35,6 +35,9 @@ from harness.record import Measurement
 #: Fresh input sets per candidate for the correctness gate.
 CHECK_SEEDS = 5
 
+#: Finalist checks (``lend(share=True)``) on one GPU before another idle one is taken.
+SHARERS_PER_GPU = 4
+
 
 class GpuBackend(Backend):
     """Measures on the GPUs ``gpus`` (CUDA device ids); see the module docstring."""
@@ -77,8 +80,8 @@ class GpuBackend(Backend):
         self._idle: queue.Queue = queue.Queue()
         for w in self.workers:
             self._idle.put(w)
-        self._sharing = threading.Lock()  # lend(share=True)'s GPU and its holders, below
-        self._shared: list | None = None  # [worker, holders] while lent to sharers
+        self._sharing = threading.Lock()  # guards _shared, for lend(share=True)
+        self._shared: dict = {}  # worker lent to sharers -> how many hold it
         self.host = socket.gethostname()
         self._baseline_cubins: dict[str, bytes] = {}
 
@@ -149,9 +152,12 @@ class GpuBackend(Backend):
         finalist check's processes, a peer's timing); taken once its current candidate
         is done, in turn with the measurements waiting for a GPU. ``share``: callers that
         may run beside one another (finalist checks: they time nothing) join a GPU already
-        lent to such a caller instead of taking another, so the other GPUs keep measuring.
+        lent to such callers, the least held, and take another only where each holds
+        ``SHARERS_PER_GPU`` and one is idle, so the other GPUs keep measuring.
         Before, a finalist check held every GPU of the run: with two GPUs resnet50's model
-        job ran 1.37x faster than with one (BENCHMARKS.md, session 17)."""
+        job ran 1.37x faster than with one (BENCHMARKS.md, session 17); with every check
+        on one lent GPU, sixteen kernels' checks at once took 13-22 s each on four GPUs
+        against 2-10 s on one (session 20)."""
         if not share:
             worker = self._idle.get()
             try:
@@ -159,19 +165,23 @@ class GpuBackend(Backend):
             finally:
                 self._idle.put(worker)
             return
-        with self._sharing:  # a second sharer waits here for the first to get its GPU
-            if self._shared is None:
-                self._shared = [self._idle.get(), 0]
-            self._shared[1] += 1
-            worker = self._shared[0]
+        with self._sharing:  # waiting for a first GPU here holds back the sharers after it
+            held = min(self._shared, key=lambda w: self._shared[w], default=None)
+            if held is None or self._shared[held] >= SHARERS_PER_GPU:
+                try:
+                    held = self._idle.get_nowait()
+                except queue.Empty:
+                    held = held or self._idle.get()
+                self._shared.setdefault(held, 0)
+            self._shared[held] += 1
         try:
-            yield worker.device_id
+            yield held.device_id
         finally:
             with self._sharing:
-                self._shared[1] -= 1
-                if self._shared[1] == 0:
-                    self._shared = None
-                    self._idle.put(worker)
+                self._shared[held] -= 1
+                if self._shared[held] == 0:
+                    del self._shared[held]
+                    self._idle.put(held)
 
     # ------------------------------------------------------------------ measuring
     def measure_many(self, spec, variants: list[Variant],
