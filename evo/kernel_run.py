@@ -73,6 +73,10 @@ class KernelRun:
         with self._timed(PTXAS):
             return self.evaluator.code_keys(self.spec, genomes)
 
+    def changes_alone(self, genes: list) -> list[bool]:
+        with self._timed(PTXAS):
+            return self.evaluator.changes_alone(self.spec, genes)
+
     @contextlib.contextmanager
     def _timed(self, step: str):
         start = time.perf_counter()

@@ -12,7 +12,6 @@ at the next generation and ends exactly where an uninterrupted run would have.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -54,6 +53,8 @@ class KernelSearch:
     prior: dict | None = None  # evo.learn.priors.prior_for: other kernels' lessons, or None
     # genomes -> their machine code keys, unmeasured (harness Evaluator.code_keys), or None
     code_keys: Callable[[list[Genome]], list[str | None]] | None = None
+    # genes -> whether each changes the kernel alone (harness Evaluator.changes_alone), or None
+    changes_alone: Callable[[list], list[bool]] | None = None
     _alphabet: list | None = field(default=None, repr=False)  # see alphabet()
     _codes: dict[str, str | None] = field(default_factory=dict, repr=False)  # see same_code
 
@@ -67,7 +68,7 @@ class KernelSearch:
             from genomes.variation import gene_alphabet
 
             full = gene_alphabet()
-            found = applicable_genes(self.spec.ptx_text(), self.spec.launch) \
+            found = applicable_genes(self.spec.ptx_text(), self.spec.launch, self.changes_alone) \
                 if self.spec is not None else full
             self._alphabet = list(found) or full
         return self._alphabet
@@ -175,14 +176,26 @@ class KernelSearch:
         return entry.state
 
 
-@functools.lru_cache(maxsize=64)
-def applicable_genes(ptx: str, launch) -> tuple:
+_APPLICABLE: dict[tuple, tuple] = {}  # (PTX, launch) -> its applicable genes, see below
+
+
+def applicable_genes(ptx: str, launch, changes_alone=None) -> tuple:
     """``genomes.variation.applicable`` over the whole library, once per kernel and launch
     in a process: every strategy of ``evo bench`` searches the same kernel, and a large
-    gemm tile takes seconds (16x16x16: ~6 s)."""
+    gemm tile takes seconds (16x16x16: ~6 s). ``changes_alone(genes) -> [bool]`` answers
+    instead where given (the Evaluator's apply pool: off the run's own process, where
+    kernels searched at once wait for one another)."""
     from genomes.variation import applicable, gene_alphabet
 
-    return tuple(applicable(gene_alphabet(), ptx, launch))
+    key = (ptx, launch)
+    if key not in _APPLICABLE:
+        alphabet = gene_alphabet()
+        found = (applicable(alphabet, ptx, launch) if changes_alone is None else
+                 [g for g, changes in zip(alphabet, changes_alone(alphabet)) if changes])
+        if len(_APPLICABLE) >= 64:  # the oldest kernel's out: a PTX text each
+            del _APPLICABLE[next(iter(_APPLICABLE))]
+        _APPLICABLE[key] = tuple(found)
+    return _APPLICABLE[key]
 
 
 def search_view(kernel: str, known: dict, genome: Genome):
@@ -278,7 +291,8 @@ def search_kernel(measuring, ledger, config: Config, *, llm=None, prior: dict | 
     strategy = strategies.get(config.run.strategy)
     search = KernelSearch(kernel, config, random.Random(kernel_seed(config.run.seed, kernel)),
                           measuring.measure, on_events, llm=llm, spec=measuring.spec,
-                          prior=prior, code_keys=measuring.code_keys)
+                          prior=prior, code_keys=measuring.code_keys,
+                          changes_alone=measuring.changes_alone)
     entries = section(checkpoint, KERNELS)
     state = search.restore(KernelEntry(entries[kernel])) if kernel in entries else strategy.start(search)
     while not strategy.finished(state, search):

@@ -128,7 +128,8 @@ class Evaluator:
         # prepare() may run in several threads at once (harness.tools.bench_throughput): each
         # batch counts into its own EvalStats, added to self.stats under this lock.
         self._lock = threading.Lock()
-        self._setup_lock = threading.Lock()  # one baseline measurement, one apply pool
+        self._setup_lock = threading.Lock()  # one baseline measurement per kernel
+        self._pool_lock = threading.Lock()  # one apply pool (asked for within a baseline's)
         self._modules: dict[str, ptx_model.Module] = {}  # parsed baseline PTX per kernel
         self._texts: dict[str, str] = {}  # baseline PTX text per kernel
         self._baselines: dict[str, tuple[str, str, Measurement]] = {}  # kernel -> ptx/code hash, m
@@ -179,6 +180,22 @@ class Evaluator:
                     spec, c, v.launch, exclude=twin if v.twin_ptx else ()) if c.ok else None
             return [self._code_keys[(spec.store_name, v.ptx_hash)] for v in variants]
 
+    def changes_alone(self, spec, genes: list) -> list[bool]:
+        """Whether each gene, applied alone, changes the kernel (its PTX or launch): what
+        ``genomes.variation.applicable`` asks, in the apply pool where there is one (the
+        whole library on a kernel is 0.2-6 s of Python, once per kernel of a run)."""
+        pool = self._pool(len(genes))
+        if pool is None:
+            module = self._module(spec)
+            return [apply_genome(module, Genome((g,)), spec.launch).changed for g in genes]
+        size = max(8, -(-len(genes) // self.apply_workers))
+        chunks = [genes[i:i + size] for i in range(0, len(genes), size)]
+        launch = spec.launch.to_json()
+        n = len(chunks)
+        answers = pool.map(genes_changing, [str(spec.ptx_path)] * n, [spec.entry] * n,
+                           [[str(g) for g in chunk] for chunk in chunks], [launch] * n)
+        return [changed for chunk in answers for changed in chunk]
+
     def close(self) -> None:
         if self._apply_pool is not None and self._owns_apply_pool:
             self._apply_pool.shutdown(cancel_futures=True)
@@ -197,24 +214,46 @@ class Evaluator:
     # ------------------------------------------------------------------ pipeline
     def _apply_all(self, spec, genomes: list[Genome]) -> list[tuple[Applied, str | None]]:
         """Each genome applied, with the PTX that adds its clock64 twin where the backend
-        times with one; in the pool for large batches on machines with cores to spare
-        (instrumenting is pure Python too: in the pool it costs the GPU stage nothing)."""
+        times with one; in the pool on machines with cores to spare (instrumenting is pure
+        Python too: in the pool it costs the GPU stage nothing)."""
         entry = spec.entry if self.backend.wants_clock_ptx and spec.timing == "clock64" else None
-        if (self._apply_pool is None and self.apply_workers < 2) or len(genomes) < 4:
+        pool = self._pool(len(genomes))
+        if pool is None:
             module = self._module(spec)
             return [with_twin(apply_genome(module, g, spec.launch), entry) for g in genomes]
-        with self._setup_lock:
+        path = str(spec.ptx_path)
+        launch = spec.launch.to_json()
+        n = len(genomes)
+        return list(pool.map(apply_from_file, [path] * n, [spec.entry] * n,
+                             [g.to_json() for g in genomes], [entry] * n, [launch] * n))
+
+    def _pool(self, size: int) -> concurrent.futures.Executor | None:
+        """The apply pool for a batch of ``size``; None where this machine has no cores to
+        spare, or for a batch of under 4 before any larger one started the pool (one
+        ``evo measure`` of a genome need not start processes). Once started, every batch
+        goes there: with kernels searched at once the run's own process is the bottleneck
+        (one core, Python's lock; a model job on four GPUs spent 46 s of its 53 s there,
+        BENCHMARKS.md, session 20)."""
+        if self._apply_pool is None and (self.apply_workers < 2 or size < 4):
+            return None
+        with self._pool_lock:
             if self._apply_pool is None:
                 from harness.gpu import spawn
 
                 self._apply_pool = concurrent.futures.ProcessPoolExecutor(
                     self.apply_workers, mp_context=spawn.context())
-        path = str(spec.ptx_path)
-        launch = spec.launch.to_json()
-        n = len(genomes)
-        return list(self._apply_pool.map(apply_from_file, [path] * n, [spec.entry] * n,
-                                         [g.to_json() for g in genomes], [entry] * n,
-                                         [launch] * n))
+        return self._apply_pool
+
+    def _hidden_states(self, spec, variants: list[Variant]) -> list[str | None]:
+        """``hidden_state`` of each variant against the baseline: in the apply pool where
+        there is one (~10 ms of parsing a variant of an Inductor kernel), else here."""
+        if not variants:
+            return []
+        base, pool = self._baseline_text(spec), self._pool(len(variants))
+        texts = [v.ptx for v in variants]
+        if pool is None:
+            return [hidden_state(t, base) for t in texts]
+        return list(pool.map(hidden_state, texts, [base] * len(texts)))
 
     def _prepare(self, spec, variants: list[Variant], base: Measurement | None,
                  stats: EvalStats) -> Batch:
@@ -236,8 +275,7 @@ class Evaluator:
         # (2b) the static gate: a variant that writes module memory its baseline never
         # writes could keep state across launches and skip the work it is timed on.
         todo = [v for h, v in b.by_ptx.items() if h not in b.result and not v.is_baseline]
-        for v in todo:
-            reason = hidden_state(v.ptx, self._baseline_text(spec))
+        for v, reason in zip(todo, self._hidden_states(spec, todo)):
             if reason is None:
                 continue
             m = Measurement(kernel=kernel, device=dev, valid=False, backend=self.backend.name,
@@ -374,6 +412,17 @@ def apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: s
     launch = Launch.from_json(launch_json) if launch_json is not None else None
     return with_twin(apply_genome(_APPLY_CACHE[key], Genome.from_json(genome_json), launch),
                      clock_entry)
+
+
+def genes_changing(ptx_path: str, entry: str, genes: list[str], launch_json: dict) -> list[bool]:
+    """In a pool process: whether each gene (inline text) changes the baseline alone."""
+    from genomes.genome import parse_inline
+
+    key = (ptx_path, entry)
+    if key not in _APPLY_CACHE:
+        _APPLY_CACHE[key] = ptx_model.parse(baseline_ptx(ptx_path, entry), ptx_path)
+    launch = Launch.from_json(launch_json)
+    return [apply_genome(_APPLY_CACHE[key], parse_inline(g), launch).changed for g in genes]
 
 
 def with_twin(applied: Applied, entry: str | None) -> tuple[Applied, str | None]:

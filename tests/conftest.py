@@ -74,10 +74,12 @@ needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None and not (
 
 def measuring(kernel: str, measure, code_keys=None, spec=None):
     """What ``evo.search.search_kernel`` measures through, from plain functions: a
-    ``KernelRun``'s shape (``name``, ``spec``, ``measure``, ``code_keys``) for fake measures."""
+    ``KernelRun``'s shape (``name``, ``spec``, ``measure``, ``code_keys``, ``changes_alone``)
+    for fake measures (genes applicable where the spec is known: found here)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(name=kernel, spec=spec, measure=measure, code_keys=code_keys)
+    return SimpleNamespace(name=kernel, spec=spec, measure=measure, code_keys=code_keys,
+                           changes_alone=None)
 
 
 @contextlib.contextmanager

@@ -248,6 +248,35 @@ def test_parallel_apply_gives_the_same_variants_as_serial():
     assert [t for _, t in pooled] == [with_clock_twin(a.ptx, spec.entry) for a, _ in serial]
 
 
+def test_the_apply_pool_answers_as_this_process_does():
+    """What the run's process hands the apply pool (a CI machine has too few cores to
+    start one): which genes change a kernel alone, and the static gate's verdicts."""
+    from types import SimpleNamespace
+
+    from genomes import ptx
+    from genomes.variation import applicable, gene_alphabet
+
+    spec = find_kernel("softmax")
+    genes = gene_alphabet()
+    memo = ptx.parse(spec.ptx_text())
+    _memo(memo)
+    texts = [memo.render(), spec.ptx_text(), memo.render(), spec.ptx_text()]
+    variants = [SimpleNamespace(ptx=t) for t in texts]
+    here = Evaluator(CountingBackend(), apply_workers=0)
+    pooled = Evaluator(CountingBackend(), apply_workers=2)
+    try:
+        changes = pooled.changes_alone(spec, genes)
+        assert pooled._apply_pool is not None  # the pool answered
+        assert changes == here.changes_alone(spec, genes)
+        assert [g for g, c in zip(genes, changes) if c] == applicable(genes, spec.ptx_text(), spec.launch)
+        assert 0 < sum(changes) < len(genes)
+        verdicts = pooled._hidden_states(spec, variants)
+        assert verdicts == here._hidden_states(spec, variants)
+        assert [v is not None and v.startswith(record.HIDDEN_STATE) for v in verdicts] == [True, False] * 2
+    finally:
+        pooled.close()
+
+
 class ClockBackend(CountingBackend):
     """A stand-in for the gpu backend: wants clock64 twins, records what it was handed."""
 

@@ -38,6 +38,7 @@ kernels (the target's own name and those in ``exclude`` never count: leave-one-o
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -80,10 +81,19 @@ def gene_key(gene) -> str:
 
 def genome_keys(text: str) -> list[str] | None:
     """The gene keys of an inline genome text (None when it no longer parses)."""
+    keys = _genome_keys(text)
+    return None if keys is None else list(keys)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _genome_keys(text: str) -> tuple[str, ...] | None:
+    """``genome_keys``, kept: each kernel's prior reads every neighbour's rows again
+    (``_gains_after``), and parsing them was most of a run's host time before its first
+    measurement (resnet50's 18 kernels: ~15 s of the main process; BENCHMARKS.md, session 20)."""
     from genomes.genome import parse_inline
 
     try:
-        return [gene_key(g) for g in parse_inline(text).effective().genes]
+        return tuple(gene_key(g) for g in parse_inline(text).effective().genes)
     except EvoError:
         return None
 
