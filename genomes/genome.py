@@ -231,7 +231,7 @@ def apply_genome(baseline: str | ptx_model.Module, genome: Genome,
     ``launch`` is the kernel's own launch (its spec's); genes that change the launch see
     it as it stands at their position. Without it they are no-ops.
     """
-    module = (ptx_model.parse(baseline) if isinstance(baseline, str) else baseline).copy()
+    module = (ptx_model.parse_shared(baseline) if isinstance(baseline, str) else baseline).copy()
     effective = set(_effective_positions(genome))
     outcomes = []
     for i, gene in enumerate(genome.genes):

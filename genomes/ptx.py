@@ -13,6 +13,7 @@ forms include nvcc's (``ld.global.f32 \t%f4, [%rd5+4];``) and Triton's
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 
@@ -309,6 +310,15 @@ def parse(text: str, source: str = "<ptx>") -> Module:
     from genomes.ptx_parse import parse_module
 
     return parse_module(text, source)
+
+
+@functools.lru_cache(maxsize=32)
+def parse_shared(text: str, source: str = "<ptx>") -> Module:
+    """``parse``, kept for a text parsed again and again (a kernel's baseline: by its
+    features, its prior's seeds, each gene's no-op test, its best and finalist check; a
+    gemm tile's ~45 ms each, eight times a kernel): one Module shared by every caller,
+    which must never change it (``Module.copy`` it first, as ``apply_genome`` does)."""
+    return parse(text, source)
 
 
 def parse_instruction(text: str, line: int | None = None, source: str = "<ptx>") -> Instruction:

@@ -148,9 +148,9 @@ def applicable(alphabet: list[Gene], baseline, launch=None) -> list[Gene]:
     applied alone: the others are no-ops on this kernel, and a search that draws them
     spends trials on the baseline again. ``baseline`` is PTX text or a parsed module."""
     from genomes.genome import apply_genome
-    from genomes.ptx import parse
+    from genomes.ptx import parse_shared
 
-    module = parse(baseline) if isinstance(baseline, str) else baseline
+    module = parse_shared(baseline) if isinstance(baseline, str) else baseline  # copied by each apply
     keep = []
     for gene in alphabet:
         applied = apply_genome(module, Genome((gene,)), launch)

@@ -384,7 +384,7 @@ class Evaluator:
     def _module(self, spec) -> ptx_model.Module:
         """The parsed baseline PTX (parsed once per kernel: apply_genome copies it)."""
         if spec.name not in self._modules:
-            self._modules[spec.name] = ptx_model.parse(spec.ptx_text(), str(spec.ptx_path))
+            self._modules[spec.name] = ptx_model.parse_shared(spec.ptx_text(), str(spec.ptx_path))
         return self._modules[spec.name]
 
 

@@ -54,7 +54,7 @@ def ptx_features(text: str, entry: str | None = None) -> dict[str, float]:
     from genomes import ptx
     from genomes.ptx import Instruction, Label
 
-    func = ptx.parse(text).entry(entry)
+    func = ptx.parse_shared(text).entry(entry)  # read only
     body = func.body
     out = {"ptx_instructions": 0.0, "ld_global": 0.0, "ld_global_vec": 0.0,
            "ld_global_bytes": 0.0, "st_global": 0.0, "st_global_vec": 0.0,

@@ -168,7 +168,7 @@ def distinct_seeds(spec, seeds: list[str]) -> list[str]:
     from harness.compile import ptx_hash
 
     text = spec.ptx_text()
-    module = ptx.parse(text, str(spec.ptx_path))
+    module = ptx.parse_shared(text, str(spec.ptx_path))  # apply_genome copies it
     seen = {ptx_hash(text)}
     out = []
     for seed in seeds:
