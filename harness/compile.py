@@ -28,6 +28,7 @@ non-inlined ``.func`` callees get a "Function properties" block of their own.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import hashlib
 import os
 import re
@@ -266,6 +267,26 @@ def _run(cmd: list[str], cwd: str, timeout: float) -> tuple[int | None, str]:
         return None, out.decode("utf-8", "replace")
 
 
+def _split(ptxas, ptx: str) -> tuple[str, ...]:
+    """``--split-compile N``: a module of N > 1 entries (a variant and its clock64 twin)
+    has them optimized side by side, where this ptxas can: gemm_tile_12x12x12 with its
+    twin took 0.53 s instead of 0.94 s, the same machine code (``cubin_text_hash``), which
+    is why the flag is kept out of the tool cache's key and ``CompileResult.args``. The
+    largest tiles' ptxas was the default suite's critical path (BENCHMARKS.md, session 15)."""
+    entries = len(_ENTRY_RE.findall(ptx))
+    return ("--split-compile", str(min(entries, 4))) if entries > 1 and _splits(str(ptxas)) else ()
+
+
+@functools.lru_cache(maxsize=8)
+def _splits(ptxas: str) -> bool:
+    """Whether this ptxas takes ``--split-compile`` (its --help lists it)."""
+    try:
+        out = subprocess.run([ptxas, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--split-compile" in out.stdout
+
+
 def target_arch(ptx: str, arch: str) -> str:
     """The arch to assemble ``ptx`` for: its own ``.target`` when that is arch-specific
     (``sm_90a``, what Triton emits on Hopper: ptxas refuses it for ``-arch=sm_90``), else
@@ -305,7 +326,7 @@ def compile_ptx(
         with tempfile.TemporaryDirectory(prefix="evo-ptxas-") as tmp:
             Path(tmp, "kernel.ptx").write_text(ptx, encoding="utf-8")
             # Relative file names (cwd=tmp) keep the random temp path out of the log.
-            cmd = [str(ptxas), *args, "-o", "kernel.cubin", "kernel.ptx"]
+            cmd = [str(ptxas), *args, *_split(ptxas, ptx), "-o", "kernel.cubin", "kernel.ptx"]
             returncode, log = _run(cmd, tmp, timeout)
             cubin_path = Path(tmp, "kernel.cubin")
             cubin = cubin_path.read_bytes() if returncode == 0 and cubin_path.exists() else None

@@ -13,6 +13,8 @@ from harness import toolchain
 from harness.compile import compile_many, compile_ptx, parse_verbose, ptx_hash
 from harness.toolchain import MissingToolError, find_ptxas, ptxas_version
 
+from conftest import needs_ptxas
+
 HEADER = ".version 8.0\n.target sm_90\n.address_size 64\n"
 
 # One thread: load four floats from `in`, store their sum to `out`.
@@ -217,3 +219,30 @@ def test_pip_wheel_layouts_are_found(monkeypatch, tmp_path, layout):
     monkeypatch.setattr(toolchain, "_nvidia_package_dirs", lambda: [tmp_path / "nvidia"])
     assert find_ptxas() == fake
     assert os.access(find_ptxas(), os.X_OK)
+
+
+@needs_ptxas
+def test_a_variant_and_its_twin_are_optimized_side_by_side_to_the_same_code(monkeypatch, tmp_path):
+    """A module of two entries (a variant and its clock64 twin) goes to ptxas with
+    --split-compile where it takes it: the machine code is what one thread makes."""
+    import subprocess
+
+    from harness import compile as compile_mod
+    from harness.gpu.instrument import with_clock_twin
+    from harness.kernels.suite import find_kernel
+    from harness.sass import cubin_text_hash
+    from harness.toolchain import find_ptxas
+
+    monkeypatch.setenv("EVO_TOOL_CACHE", "off")
+    spec = find_kernel("gemm_tile_4x6x8")
+    twin = with_clock_twin(spec.ptx_text(), spec.entry)
+    ptxas = find_ptxas()
+    assert compile_mod._split(ptxas, spec.ptx_text()) == ()  # one entry: nothing to split
+    if not compile_mod._splits(str(ptxas)):
+        pytest.skip("this ptxas has no --split-compile")
+    assert compile_mod._split(ptxas, twin) == ("--split-compile", "2")
+    split = compile_ptx(twin)
+    assert split.ok and "--split-compile" not in split.args  # not in the cache's key
+    (tmp_path / "k.ptx").write_text(twin)
+    subprocess.run([str(ptxas), "-arch=sm_90", "-O3", "k.ptx", "-o", "k.cubin"], cwd=tmp_path, check=True)
+    assert cubin_text_hash(split.cubin) == cubin_text_hash((tmp_path / "k.cubin").read_bytes())
