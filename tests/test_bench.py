@@ -188,7 +188,7 @@ def test_evaluators_share_one_apply_pool():
         calls = 0
 
         def submit(self, fn, /, *args, **kwargs):
-            self.calls += 1
+            self.calls += fn.__name__ == "apply_from_file"  # the static gate goes there too
             return super().submit(fn, *args, **kwargs)
 
     with Counting(2) as pool:
