@@ -13,8 +13,8 @@ forms include nvcc's (``ld.global.f32 \t%f4, [%rd5+4];``) and Triton's
 
 from __future__ import annotations
 
-import functools
 import re
+import threading
 from dataclasses import dataclass, field, replace
 
 
@@ -312,13 +312,24 @@ def parse(text: str, source: str = "<ptx>") -> Module:
     return parse_module(text, source)
 
 
-@functools.lru_cache(maxsize=32)
+_SHARED: dict[str, Module] = {}  # PTX text -> its parse, the newest 32 (see parse_shared)
+_SHARED_LOCK = threading.Lock()  # kernels are searched in threads
+
+
 def parse_shared(text: str, source: str = "<ptx>") -> Module:
     """``parse``, kept for a text parsed again and again (a kernel's baseline: by its
     features, its prior's seeds, each gene's no-op test, its best and finalist check; a
-    gemm tile's ~45 ms each, eight times a kernel): one Module shared by every caller,
-    which must never change it (``Module.copy`` it first, as ``apply_genome`` does)."""
-    return parse(text, source)
+    gemm tile's 45-200 ms each, eight times a kernel; ``Module.copy`` takes 0.1 ms): one
+    Module shared by every caller, which must never change it (``copy`` it first, as
+    ``apply_genome`` does). Kept by text alone: ``source`` names the file in an error."""
+    module = _SHARED.get(text)
+    if module is None:
+        module = parse(text, source)  # two threads may both parse it: the same Module
+        with _SHARED_LOCK:
+            if len(_SHARED) >= 32:  # the oldest out
+                _SHARED.pop(next(iter(_SHARED)), None)
+            _SHARED[text] = module
+    return module
 
 
 def parse_instruction(text: str, line: int | None = None, source: str = "<ptx>") -> Instruction:

@@ -113,3 +113,19 @@ def test_bad_ptx_raises_with_line(name, text, line):
 def test_edited_instruction_renders_in_nvcc_style():
     ins = ptx.parse_instruction("ld.global.f32 \t%f4, [%rd5+4];")
     assert ins.with_(opcode="ld.global.cs.f32").render() == "ld.global.cs.f32 \t%f4, [%rd5+4];"
+
+
+def test_a_shared_parse_is_one_module_that_applying_genes_never_changes():
+    """parse_shared keeps one Module per text; apply_genome works on a copy of it."""
+    from genomes import ptx
+    from genomes.genome import apply_genome, parse_inline
+    from harness.kernels.suite import find_kernel
+
+    spec = find_kernel("softmax")
+    text = spec.ptx_text()
+    shared = ptx.parse_shared(text)
+    before = shared.render()
+    assert ptx.parse_shared(text, "elsewhere.ptx") is shared  # kept by text alone
+    changed = apply_genome(text, parse_inline("vec_ld,fast_exp,reorder(strategy=loads_first)"), spec.launch)
+    assert changed.changed and changed.ptx != before
+    assert ptx.parse_shared(text).render() == before == ptx.parse(text).render()

@@ -138,7 +138,7 @@ def kernel_features(spec) -> dict[str, float]:
     from harness.compile import compile_ptx
 
     text = spec.ptx_text()
-    target = ptx.parse(text).target or "sm_90"
+    target = ptx.parse_shared(text).target or "sm_90"  # read only
     compiled = compile_ptx(text, target if target.startswith("sm_") else "sm_90")
     return {**ptx_features(text, spec.entry), **resource_features(compiled),
             **sass_features(compiled.cubin), **spec_features(spec)}
