@@ -122,7 +122,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     runmeta.record_backend(run, backend)
     if run.fresh:  # set up without error: the run has started, and is the newest
         run.link_latest()
-    lock, stop, turns = threading.Lock(), threading.Event(), GpuTurns(getattr(backend, "lend", None))
+    lock, stop, turns = threading.Lock(), threading.Event(), GpuTurns(backend.lend)
     jobs = jobs_for(config.run.jobs, backend.offers(), len(kernels),
                     llm is not None and bool(config.llm.ncu_every))
     if config.run.jobs == 0:
@@ -395,8 +395,9 @@ def _check_finalist(spec: KernelSpec, result, saved: KernelEntry, on_events,
     and racecheck, a static .nc check, two runs bitwise identical) before it is written
     to best/. A failure demotes it: the next best valid genome is checked, and so on (at
     most ``FINALIST_TRIES``; the baseline needs no check). A check that cannot run here
-    keeps the best and says so. On GPU ``gpu`` (None: the default one). The outcome is kept in the kernel's checkpoint entry
-    (``finalist``): report.md quotes it, ``evo show`` and a resume use the kept genome."""
+    keeps the best and says so. On GPU ``gpu`` (None: the default one). The outcome is
+    kept in the kernel's checkpoint entry (``finalist``): report.md quotes it, ``evo show``
+    and a resume use the kept genome."""
     from harness.gpu.finalist import check_finalist
 
     done = saved.finalist
