@@ -17,6 +17,7 @@ import json
 import math
 import random
 import statistics
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -177,6 +178,7 @@ class KernelSearch:
 
 
 _APPLICABLE: dict[tuple, tuple] = {}  # (PTX, launch) -> its applicable genes, see below
+_APPLICABLE_LOCK = threading.Lock()  # kernels are searched in threads
 
 
 def applicable_genes(ptx: str, launch, changes_alone=None) -> tuple:
@@ -192,9 +194,10 @@ def applicable_genes(ptx: str, launch, changes_alone=None) -> tuple:
         alphabet = gene_alphabet()
         found = (applicable(alphabet, ptx, launch) if changes_alone is None else
                  [g for g, changes in zip(alphabet, changes_alone(alphabet)) if changes])
-        if len(_APPLICABLE) >= 64:  # the oldest kernel's out: a PTX text each
-            del _APPLICABLE[next(iter(_APPLICABLE))]
-        _APPLICABLE[key] = tuple(found)
+        with _APPLICABLE_LOCK:
+            if len(_APPLICABLE) >= 64:  # the oldest kernel's out: a PTX text each
+                _APPLICABLE.pop(next(iter(_APPLICABLE)), None)
+            _APPLICABLE[key] = tuple(found)
     return _APPLICABLE[key]
 
 

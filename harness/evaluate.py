@@ -406,23 +406,25 @@ def apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: s
     """Apply a genome in a pool process (the baseline is parsed once per process); with
     ``clock_entry``, also the result with its clock64 twin (``with_clock_twin``; None if
     that fails: the backend then instruments it itself and reports why)."""
-    key = (ptx_path, entry)
-    if key not in _APPLY_CACHE:  # the spec's baseline, as KernelSpec.ptx_text reads it
-        _APPLY_CACHE[key] = ptx_model.parse(baseline_ptx(ptx_path, entry), ptx_path)
     launch = Launch.from_json(launch_json) if launch_json is not None else None
-    return with_twin(apply_genome(_APPLY_CACHE[key], Genome.from_json(genome_json), launch),
-                     clock_entry)
+    return with_twin(apply_genome(_pool_baseline(ptx_path, entry), Genome.from_json(genome_json),
+                                  launch), clock_entry)
 
 
 def genes_changing(ptx_path: str, entry: str, genes: list[str], launch_json: dict) -> list[bool]:
     """In a pool process: whether each gene (inline text) changes the baseline alone."""
     from genomes.genome import parse_inline
 
+    module, launch = _pool_baseline(ptx_path, entry), Launch.from_json(launch_json)
+    return [apply_genome(module, parse_inline(g), launch).changed for g in genes]
+
+
+def _pool_baseline(ptx_path: str, entry: str) -> ptx_model.Module:
+    """The spec's baseline as KernelSpec.ptx_text reads it, parsed once per pool process."""
     key = (ptx_path, entry)
     if key not in _APPLY_CACHE:
         _APPLY_CACHE[key] = ptx_model.parse(baseline_ptx(ptx_path, entry), ptx_path)
-    launch = Launch.from_json(launch_json)
-    return [apply_genome(_APPLY_CACHE[key], parse_inline(g), launch).changed for g in genes]
+    return _APPLY_CACHE[key]
 
 
 def with_twin(applied: Applied, entry: str | None) -> tuple[Applied, str | None]:
