@@ -33,6 +33,27 @@ PER_KERNEL = (KERNELS, PRIORS, SECONDS, REDUCED)
 FILE = "checkpoint.json"
 
 
+def dumps(data: dict, encoded: dict | None = None) -> str:
+    """``data`` as ``json.dumps(data, sort_keys=True)`` writes it, byte for byte, where the
+    entries of the ``PER_KERNEL`` sections found in ``encoded`` ((section, kernel) -> their
+    JSON text, as that kernel's last save encoded them) are taken from there. Every kernel's
+    save writes the whole checkpoint: encoding only the saving kernel's entries keeps a
+    save's cost from growing with every other kernel's (a fake-GPU run of 5 kernels x 600
+    evaluations spent 15 of its 52 s of host CPU copying and encoding; BENCHMARKS.md,
+    session 20)."""
+    if not encoded:
+        return json.dumps(data, sort_keys=True)
+
+    def section(name: str, entries: dict) -> str:
+        return "{" + ", ".join(f"{json.dumps(kernel)}: " + (
+            encoded.get((name, kernel)) or json.dumps(entries[kernel], sort_keys=True))
+            for kernel in sorted(entries)) + "}"
+
+    return "{" + ", ".join(f"{json.dumps(key)}: " + (
+        section(key, data[key]) if key in PER_KERNEL and isinstance(data[key], dict)
+        else json.dumps(data[key], sort_keys=True)) for key in sorted(data)) + "}"
+
+
 def _field(key: str, doc: str):
     """A property over one key of the entry's JSON (None where it is missing)."""
 

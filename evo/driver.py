@@ -22,6 +22,7 @@ import concurrent.futures
 import contextlib
 import copy
 import dataclasses
+import json
 import queue
 import threading
 from collections.abc import Callable
@@ -120,8 +121,10 @@ class MemoryLedger:
 class KernelLedger:
     """One kernel's share of the run's checkpoint and its events held until it saves."""
 
-    def __init__(self, name: str, checkpoint: dict, write, lock: threading.Lock):
+    def __init__(self, name: str, checkpoint: dict, write, lock: threading.Lock,
+                 encoded: dict | None = None):
         self.name, self._checkpoint, self._write, self._lock = name, checkpoint, write, lock
+        self._encoded = {} if encoded is None else encoded  # the run's, see hand_over
         with lock:  # a copy: no other thread ever changes what this kernel's search reads
             self.checkpoint = {s: ({name: copy.deepcopy(checkpoint[s][name])}
                                    if name in checkpoint.get(s, {}) else {}) for s in PER_KERNEL}
@@ -137,12 +140,17 @@ class KernelLedger:
             self._write(self.hand_over())
 
     def hand_over(self) -> list[dict]:
-        """This kernel's entries copied into the run's checkpoint; its held events, for
-        the caller to write with it (the caller holds the run's lock)."""
+        """This kernel's entries into the run's checkpoint; its held events, for the caller
+        to write with it (the caller holds the run's lock). Each entry goes in as its JSON
+        text (``encoded``: (section, kernel) -> text, what ``evo.checkpoint.dumps`` writes
+        the file from) and as a copy read back from that text (for what reads the run's
+        checkpoint, such as report.md at the end): nothing this kernel's search goes on
+        changing is shared with another thread, and nobody encodes it again."""
         for section in PER_KERNEL:
             if self.name in self.checkpoint[section]:
-                self._checkpoint.setdefault(section, {})[self.name] = copy.deepcopy(
-                    self.checkpoint[section][self.name])
+                text = json.dumps(self.checkpoint[section][self.name], sort_keys=True)
+                self._encoded[(section, self.name)] = text
+                self._checkpoint.setdefault(section, {})[self.name] = json.loads(text)
         pending, self._pending = self._pending, []
         return pending
 

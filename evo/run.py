@@ -132,16 +132,19 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         raise EvoError("[llm] ncu_every profiles a kernel with Nsight Compute, which needs the "
                        "GPU to itself: set [run] jobs = 1 or [llm] ncu_every = 0")
 
+    encoded: dict = {}  # (section, kernel) -> the JSON text of its entry, see KernelLedger
+
     def write(events: list[dict]) -> None:  # under the lock (KernelLedger.save)
         run.append_events(events)  # before the checkpoint, so it covers them (events_bytes)
         if llm is not None:
             checkpoint[LLM] = llm.stats()
-        run.write_checkpoint(checkpoint)
+        run.write_checkpoint(checkpoint, encoded)
 
     # Every kernel's prior from the store as it stands before this run's searches, saved at
     # once: what a kernel finds then depends neither on which kernels ran before or beside
     # it nor, after a resume, on what the store learned in the meantime.
-    ledgers = {spec.name: KernelLedger(spec.name, checkpoint, write, lock) for spec in kernels}
+    ledgers = {spec.name: KernelLedger(spec.name, checkpoint, write, lock, encoded)
+               for spec in kernels}
     for spec in kernels:
         ledger = ledgers[spec.name]
         learn_source.run_prior(priors, ledger.checkpoint, spec, backend.device, ledger.events)

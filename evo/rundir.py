@@ -21,6 +21,7 @@ from pathlib import Path
 from genomes.errors import EvoError, RuntimeFailure
 
 from evo.checkpoint import EVENTS_BYTES
+from evo.checkpoint import dumps as checkpoint_text
 from evo.checkpoint import FILE as CHECKPOINT
 
 CONFIG = "config.toml"
@@ -263,7 +264,7 @@ class RunDir:
         return out
 
     # --- checkpoints -----------------------------------------------------------------
-    def write_checkpoint(self, data: dict) -> None:
+    def write_checkpoint(self, data: dict, encoded: dict | None = None) -> None:
         # checkpoint.json exists at every instant: the old one is copied aside (not moved)
         # before the new one replaces it, so a kill between the two steps loses nothing.
         # ``events_bytes``: how much of events.jsonl this checkpoint covers; a resume cuts
@@ -278,8 +279,9 @@ class RunDir:
             write_atomic(self.path / PREVIOUS, current.read_bytes())
         # No indent: json's C encoder then writes it, ~5x faster than its indenting Python
         # one; every kernel's save writes the whole run's checkpoint, ~1 MB for a model.
-        write_atomic(current, json.dumps({**data, EVENTS_BYTES: self.events_size()},
-                                         sort_keys=True))
+        # ``encoded``: kernels' entries as JSON text already (``evo.checkpoint.dumps``).
+        write_atomic(current, checkpoint_text({**data, EVENTS_BYTES: self.events_size()},
+                                              encoded))
 
     def has_checkpoint(self) -> bool:
         return (self.path / CHECKPOINT).exists()
