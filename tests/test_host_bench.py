@@ -16,12 +16,14 @@ def test_a_model_run_through_instant_gpu_workers_says_what_it_cost(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "evo.host_bench", "--fake-gpu", "--profile", str(tmp_path / "p"),
          "--", "run", "--model", str(ROOT / "tests/data/capture/decoder"), "--generations", "1",
-         "--pop", "3", "--out", str(tmp_path / "run"), "--store", str(tmp_path / "s.sqlite"), "-q"],
+         "--pop", "3", "--out", str(tmp_path / "run"), "--store", str(tmp_path / "s.sqlite"), "-q",
+         "--gpus", "0,1"],  # two instant workers: finalist checks borrow one of them
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("host_bench: exit 0, wall ") and "nothing measured" in line
-    assert "instant worker (no GPU)" in (tmp_path / "run" / "report.md").read_text()
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "instant worker (no GPU)" in report and "Finalist check" in report
     import pstats
 
     stats = pstats.Stats(str(tmp_path / "p"))  # the searches' threads profiled too
