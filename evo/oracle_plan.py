@@ -44,7 +44,8 @@ def plan_kernel(name: str, workers: int, progress=print, limit: int | None = Non
     (``limit``: the space's first genomes only, for tests)."""
     from genomes.variation import CHRONOS_TRANSFORMS, gene_alphabet, group_combinations
     from harness.compile import compile_many, ptx_hash
-    from harness.evaluate import apply_from_file, compiled_key
+    from harness.apply_pool import apply_from_file
+    from harness.evaluate import compiled_key
     from harness.kernels.suite import find_kernel
 
     spec = find_kernel(name)

@@ -35,14 +35,13 @@ from dataclasses import dataclass, field
 
 from genomes import ptx as ptx_model
 from genomes.genome import Applied, Genome, apply_genome
-from genomes.launch import Launch
 from harness import record
 from harness.backends import Backend, Variant
 from harness.compile import ptx_hash
 from harness.gpu.instrument import clock_entry_name
 from harness.record import Measurement
 from harness.sass import cubin_text_hash
-from harness.kernels.spec import baseline_ptx
+from harness.apply_pool import apply_from_file, genes_changing, with_twin
 from harness.kernels.spec_ptx import in_file_lines
 from harness.hidden_state import hidden_state
 from harness.store import Store, code_hash, ptxas_error_key, static_reject_key
@@ -396,49 +395,6 @@ def compiled_key(spec, compiled, launch=None, exclude: tuple[str, ...] = ()) -> 
     non-inlined ``.func`` shared a key, and the second got the first's verdict."""
     return code_hash(cubin_text_hash(compiled.cubin, exclude=exclude), compiled.registers,
                      compiled.shared_mem) + spec.launch_suffix(launch)
-
-
-_APPLY_CACHE: dict[tuple[str, str], ptx_model.Module] = {}  # per pool process: baselines
-
-
-def apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: str | None,
-                     launch_json: dict | None = None) -> tuple[Applied, str | None]:
-    """Apply a genome in a pool process (the baseline is parsed once per process); with
-    ``clock_entry``, also the result with its clock64 twin (``with_clock_twin``; None if
-    that fails: the backend then instruments it itself and reports why)."""
-    launch = Launch.from_json(launch_json) if launch_json is not None else None
-    return with_twin(apply_genome(_pool_baseline(ptx_path, entry), Genome.from_json(genome_json),
-                                  launch), clock_entry)
-
-
-def genes_changing(ptx_path: str, entry: str, genes: list[str], launch_json: dict) -> list[bool]:
-    """In a pool process: whether each gene (inline text) changes the baseline alone."""
-    from genomes.genome import parse_inline
-
-    module, launch = _pool_baseline(ptx_path, entry), Launch.from_json(launch_json)
-    return [apply_genome(module, parse_inline(g), launch).changed for g in genes]
-
-
-def _pool_baseline(ptx_path: str, entry: str) -> ptx_model.Module:
-    """The spec's baseline as KernelSpec.ptx_text reads it, parsed once per pool process."""
-    key = (ptx_path, entry)
-    if key not in _APPLY_CACHE:
-        _APPLY_CACHE[key] = ptx_model.parse(baseline_ptx(ptx_path, entry), ptx_path)
-    return _APPLY_CACHE[key]
-
-
-def with_twin(applied: Applied, entry: str | None) -> tuple[Applied, str | None]:
-    """``applied`` and, for ``entry``, its PTX with the clock64 twin of that entry (None
-    without an entry, or where instrumenting fails: the backend then instruments the
-    variant itself and reports why)."""
-    from harness.gpu.instrument import with_clock_twin
-
-    if entry is None:
-        return applied, None
-    try:
-        return applied, with_clock_twin(applied.ptx, entry)
-    except Exception:
-        return applied, None
 
 
 def _variant(spec, genome: Genome, applied: Applied, twin_ptx: str | None = None) -> Variant:

@@ -10,7 +10,7 @@ from pathlib import Path
 from genomes.genome import apply_genome, parse_inline
 from genomes.ptx import only_entry, parse
 from harness.compile import compile_ptx
-from harness.evaluate import apply_from_file
+from harness.apply_pool import apply_from_file
 from harness.kernels.spec import load_spec
 from harness.kernels.suite import find_kernel
 

@@ -1,0 +1,55 @@
+"""What the Evaluator's apply pool runs in its processes (``harness.evaluate``): genomes
+applied to a spec's baseline, with the clock64 twin where the backend times with one, and
+each gene's no-op test. Each process parses a spec's baseline once, read from the spec's
+PTX file as ``KernelSpec.ptx_text`` reads it, so a task carries a path, not the text.
+The static gate (``harness.hidden_state``) goes to the same pool as it is.
+"""
+
+from __future__ import annotations
+
+from genomes import ptx as ptx_model
+from genomes.genome import Applied, Genome, apply_genome
+from genomes.launch import Launch
+from harness.kernels.spec import baseline_ptx
+
+_BASELINES: dict[tuple[str, str], ptx_model.Module] = {}  # per pool process: baselines
+
+
+def apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: str | None,
+                     launch_json: dict | None = None) -> tuple[Applied, str | None]:
+    """Apply a genome to the spec's baseline; with
+    ``clock_entry``, also the result with its clock64 twin (``with_clock_twin``; None if
+    that fails: the backend then instruments it itself and reports why)."""
+    launch = Launch.from_json(launch_json) if launch_json is not None else None
+    return with_twin(apply_genome(_baseline(ptx_path, entry), Genome.from_json(genome_json),
+                                  launch), clock_entry)
+
+
+def genes_changing(ptx_path: str, entry: str, genes: list[str], launch_json: dict) -> list[bool]:
+    """Whether each gene (inline text) changes the baseline alone (its PTX or launch)."""
+    from genomes.genome import parse_inline
+
+    module, launch = _baseline(ptx_path, entry), Launch.from_json(launch_json)
+    return [apply_genome(module, parse_inline(g), launch).changed for g in genes]
+
+
+def _baseline(ptx_path: str, entry: str) -> ptx_model.Module:
+    """The spec's baseline as KernelSpec.ptx_text reads it, parsed once per pool process."""
+    key = (ptx_path, entry)
+    if key not in _BASELINES:
+        _BASELINES[key] = ptx_model.parse(baseline_ptx(ptx_path, entry), ptx_path)
+    return _BASELINES[key]
+
+
+def with_twin(applied: Applied, entry: str | None) -> tuple[Applied, str | None]:
+    """``applied`` and, for ``entry``, its PTX with the clock64 twin of that entry (None
+    without an entry, or where instrumenting fails: the backend then instruments the
+    variant itself and reports why)."""
+    from harness.gpu.instrument import with_clock_twin
+
+    if entry is None:
+        return applied, None
+    try:
+        return applied, with_clock_twin(applied.ptx, entry)
+    except Exception:
+        return applied, None
