@@ -88,8 +88,8 @@ def genome_keys(text: str) -> list[str] | None:
 @functools.lru_cache(maxsize=1 << 16)
 def _genome_keys(text: str) -> tuple[str, ...] | None:
     """``genome_keys``, kept: each kernel's prior reads every neighbour's rows again
-    (``_gains_after``), and parsing them was most of a run's host time before its first
-    measurement (resnet50's 18 kernels: ~15 s of the main process; BENCHMARKS.md, session 20)."""
+    (``_gains_after``); parsing them took 7.4 s of 18 s of a fake-GPU run's main process
+    (the committed decoder capture, 5 kernels, under cProfile; BENCHMARKS.md, session 20)."""
     from genomes.genome import parse_inline
 
     try:
