@@ -275,11 +275,16 @@ def reduced_lines(checkpoint: dict) -> list[str]:
     return lines
 
 
-def time_lines(checkpoint: dict) -> list[str]:
-    """Where the run's time went: each kernel's steps in wall seconds (``evo.run._Seconds``)."""
+HOST_BOUND = 0.75  # evo's own process busy for this share of a run: it sets the pace
+
+
+def time_lines(checkpoint: dict, host: dict | None = None) -> list[str]:
+    """Where the run's time went: each kernel's steps in wall seconds (``evo.run._Seconds``),
+    and how busy evo's own process was (``host``: this invocation's ``wall`` and ``cpu``
+    seconds and its ``jobs``)."""
     rows = [(kernel, sec) for kernel, sec in checkpoint.get(SECONDS, {}).items() if sec]
     if not rows:
-        return []
+        return host_lines(host)
     steps = [s for s in TIME_STEPS if any(s in sec for _, sec in rows)]
     lines = ["Where the time went (wall seconds per kernel; a search cut midway counts from "
              "the resume):", "",
@@ -292,7 +297,24 @@ def time_lines(checkpoint: dict) -> list[str]:
         lines += ["", "*search: ptxas*: genomes applied and assembled (with the novelty "
                   "look-ups); *search: GPU*: the worker's checks and timing, the wait for it "
                   "included; both within *search*."]
-    return lines
+    return lines + [""] * bool(host) + host_lines(host)
+
+
+def host_lines(host: dict | None) -> list[str]:
+    """This invocation's wall time and how much of it evo's own process was busy: kernels
+    searched at once are threads of that one process (one core at a time), and where it is
+    busy nearly all the run, more GPUs or jobs do not shorten it (resnet50's model job:
+    46 s on four H200s, 37 s of it busy; BENCHMARKS.md, session 20)."""
+    if not host or host.get("wall", 0) <= 0:
+        return []
+    share = host["cpu"] / host["wall"]
+    line = (f"This invocation took {host['wall']:.1f} s; evo's own process was busy "
+            f"{host['cpu']:.1f} s of it ({100 * share:.0f} %: its searches run as threads, "
+            "one core at a time).")
+    if share >= HOST_BOUND and host.get("jobs", 1) > 1:
+        line += (" At this share that process, not the GPUs, set the pace: more GPUs or "
+                 "`--jobs` would not have shortened it.")
+    return [line]
 
 
 def _rate(summary: dict | None) -> str | None:
@@ -337,7 +359,7 @@ def memory_lines(results: list[KernelResult], checkpoint: dict) -> list[str]:
 
 
 def render_report(run: RunDir, results: list[KernelResult], backend: str,
-                  llm: dict | None = None) -> str:
+                  llm: dict | None = None, host: dict | None = None) -> str:
     static = any(is_static(r) for r in results)
     lines = [f"# evo run `{run.path.name}`", "", f"Measured with: {backend}."]
     if static:
@@ -353,7 +375,7 @@ def render_report(run: RunDir, results: list[KernelResult], backend: str,
     checkpoint = run.read_checkpoint() if run.has_checkpoint() else {}
     for section in (model_lines(run, results), memory_lines(results, checkpoint),
                     exact_lines(checkpoint), finalist_lines(checkpoint),
-                    reduced_lines(checkpoint), time_lines(checkpoint)):
+                    reduced_lines(checkpoint), time_lines(checkpoint, host)):
         if section:
             lines += [""] + section
     if any(r.confirmed for r in results):

@@ -101,6 +101,7 @@ def start_and_execute(config: Config, out: Path | None, verbosity: int, argv: li
 
 def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -> list:
     """Search every kernel; write best kernels, report; return the per-kernel results."""
+    started = (time.perf_counter(), time.process_time())  # report.md: how busy evo itself was
     from harness.backends import make_backend
     from harness.evaluate import Evaluator
     from harness.store import Store
@@ -232,8 +233,10 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         evaluator.close()
         store.close()
     progress.close()
+    host = {"wall": time.perf_counter() - started[0], "cpu": time.process_time() - started[1],
+            "jobs": jobs}
     run.write_text("report.md", report.render_report(run, results, backend.describe(),
-                                                     checkpoint.get(LLM))
+                                                     checkpoint.get(LLM), host)
                    + "".join(f"{line}\n" for line in learn_source.report_lines(checkpoint)))
     return results
 

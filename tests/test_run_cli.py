@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,6 +51,7 @@ def test_run_writes_everything_labelled_static(straight):
         assert (straight / name).is_file(), name
     report = (straight / "report.md").read_text()
     assert "static estimate, not measured" in report
+    assert re.search(r"This invocation took [\d.]+ s; evo's own process was busy [\d.]+ s", report)
     events = [json.loads(ln) for ln in (straight / "events.jsonl").read_text().splitlines()]
     gens = [e for e in events if e["type"] == "generation"]
     assert [g["generation"] for g in gens] == [1, 2, 3, 4]
