@@ -313,7 +313,7 @@ def host_lines(host: dict | None) -> list[str]:
             "one core at a time).")
     if share >= HOST_BOUND and host.get("jobs", 1) > 1:
         line += (" At this share that process, not the GPUs, set the pace: more GPUs or "
-                 "`--jobs` would not have shortened it.")
+                 "`--jobs` would hardly shorten it.")
     return [line]
 
 
