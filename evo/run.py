@@ -146,6 +146,8 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     # it nor, after a resume, on what the store learned in the meantime.
     ledgers = {spec.name: KernelLedger(spec.name, checkpoint, write, lock, encoded)
                for spec in kernels}
+    if priors is not None:  # their features at once (ptxas, cuobjdump), not one by one
+        priors.warm([s for s in kernels if s.name not in ledgers[s.name].checkpoint[PRIORS]])
     for spec in kernels:
         ledger = ledgers[spec.name]
         learn_source.run_prior(priors, ledger.checkpoint, spec, backend.device, ledger.events)

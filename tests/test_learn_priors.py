@@ -15,6 +15,8 @@ from harness.record import Measurement
 from harness.store import Store
 from harness.kernels.suite import find_kernel
 
+from conftest import needs_ptxas
+
 KERNELS = ("gemm_tile_2x2x2", "gemm_tile_2x2x4", "gemm_tile_2x4x2", "gemm_tile_4x4x4")
 # cycles multiply by these factors: effects add up in log space
 FACTORS = {"vec_ld(width=4)": 0.7, "vec_st(width=4)": 0.9, "maxnreg(n=128)": 1.0,
@@ -214,3 +216,24 @@ def test_rank_correlation_of_expected_and_measured_gains():
 
     assert spearman([0.1, 0.2, 0.3], [1.0, 2.0, 3.0]) == 1.0
     assert spearman([0.1, 0.2, 0.3], [3.0, 2.0, 1.0]) == -1.0
+
+
+@needs_ptxas
+def test_a_runs_kernels_features_are_computed_at_once_before_their_priors(monkeypatch, tmp_path):
+    """PriorSource.warm: every kernel's features in one call (threads run their ptxas and
+    cuobjdump side by side); each prior then finds them kept and computes none again."""
+    from evo.learn import features, source
+    from harness.store import Store
+
+    computed = []
+    real = features.kernel_features
+    monkeypatch.setattr(features, "_SEEN", {})
+    monkeypatch.setattr(features, "kernel_features", lambda spec: computed.append(spec.name) or real(spec))
+    specs = [find_kernel(k) for k in ("gemm_tile_2x2x2", "relu", "softmax")]
+    with Store(tmp_path / "s.sqlite") as store:
+        src = source.open_source("auto", store, tmp_path / "s.sqlite")
+        src.warm(specs)
+        assert sorted(computed) == sorted(s.name for s in specs)
+        priors = [src.prior(spec, "static") for spec in specs]
+    assert len(computed) == 3 and all(p["kernel"] == s.name for p, s in zip(priors, specs))
+    assert (tmp_path / "features.json").is_file()  # kept beside the store for the next run

@@ -75,6 +75,17 @@ class PriorSource:
         write_cache(self.cache_path, self.cache)
         return priors_mod.merge_kb(self.fixed, live)
 
+    def warm(self, specs: list) -> None:
+        """The features of every kernel about to get a prior, computed at once: each needs
+        ptxas and cuobjdump (~0.7 s a kernel here), which threads run side by side, while
+        one prior at a time ran them one kernel after another before any search began
+        (a model of 18 kernels: seconds of idle GPUs). ``prior`` then finds them kept."""
+        from evo.learn.features import features_many
+
+        if specs:
+            features_many(specs, self.cache)
+            write_cache(self.cache_path, self.cache)
+
     def prior(self, spec, device: str, exclude=()) -> dict:
         """This kernel's prior, its own rows and ``exclude`` left out."""
         skip = set(exclude) | {spec.name}
