@@ -78,8 +78,9 @@ class PriorSource:
     def warm(self, specs: list) -> None:
         """The features of every kernel about to get a prior, computed at once: each needs
         ptxas and cuobjdump (~0.7 s a kernel here), which threads run side by side, while
-        one prior at a time ran them one kernel after another before any search began
-        (a model of 18 kernels: seconds of idle GPUs). ``prior`` then finds them kept."""
+        one prior at a time ran them one kernel after another before any search began,
+        the GPUs idle (a model's 18 kernels: 18 such waits in a row). ``prior`` then finds
+        them kept."""
         from evo.learn.features import features_many
 
         if specs:
