@@ -2,14 +2,17 @@
 applied to a spec's baseline, with the clock64 twin where the backend times with one, and
 each gene's no-op test. Each process parses a spec's baseline once, read from the spec's
 PTX file as ``KernelSpec.ptx_text`` reads it, so a task carries a path, not the text.
-The static gate (``harness.hidden_state``) goes to the same pool as it is.
+The static gate (``harness.hidden_state``) runs there too, against the same baseline.
 """
 
 from __future__ import annotations
 
+import functools
+
 from genomes import ptx as ptx_model
 from genomes.genome import Applied, Genome, apply_genome
 from genomes.launch import Launch
+from harness.hidden_state import hidden_state
 from harness.kernels.spec import baseline_ptx
 
 _BASELINES: dict[tuple[str, str], ptx_model.Module] = {}  # per pool process: baselines
@@ -33,12 +36,23 @@ def genes_changing(ptx_path: str, entry: str, genes: list[str], launch_json: dic
     return [apply_genome(module, parse_inline(g), launch).changed for g in genes]
 
 
+def hidden_state_of(variant_ptx: str, ptx_path: str, entry: str) -> str | None:
+    """The static gate (``harness.hidden_state``) of a variant against the spec's baseline."""
+    return hidden_state(variant_ptx, _baseline_text(ptx_path, entry))
+
+
 def _baseline(ptx_path: str, entry: str) -> ptx_model.Module:
-    """The spec's baseline as KernelSpec.ptx_text reads it, parsed once per pool process."""
+    """The spec's baseline, parsed once per pool process."""
     key = (ptx_path, entry)
     if key not in _BASELINES:
-        _BASELINES[key] = ptx_model.parse(baseline_ptx(ptx_path, entry), ptx_path)
+        _BASELINES[key] = ptx_model.parse(_baseline_text(ptx_path, entry), ptx_path)
     return _BASELINES[key]
+
+
+@functools.lru_cache(maxsize=64)
+def _baseline_text(ptx_path: str, entry: str) -> str:
+    """The spec's baseline as KernelSpec.ptx_text reads it, read once per pool process."""
+    return baseline_ptx(ptx_path, entry)
 
 
 def with_twin(applied: Applied, entry: str | None) -> tuple[Applied, str | None]:

@@ -273,7 +273,7 @@ def _split(ptxas, ptx: str) -> tuple[str, ...]:
     twin took 0.53 s instead of 0.94 s, the same machine code (``cubin_text_hash``), which
     is why the flag is kept out of the tool cache's key and ``CompileResult.args``. The
     largest tiles' ptxas was the default suite's critical path (BENCHMARKS.md, session 15)."""
-    entries = len(_ENTRY_RE.findall(ptx))
+    entries = len(_entry_names(ptx))
     return ("--split-compile", str(min(entries, 4))) if entries > 1 and _splits(str(ptxas)) else ()
 
 

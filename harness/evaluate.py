@@ -41,7 +41,7 @@ from harness.compile import ptx_hash
 from harness.gpu.instrument import clock_entry_name
 from harness.record import Measurement
 from harness.sass import cubin_text_hash
-from harness.apply_pool import apply_from_file, genes_changing, with_twin
+from harness.apply_pool import apply_from_file, genes_changing, hidden_state_of, with_twin
 from harness.kernels.spec_ptx import in_file_lines
 from harness.hidden_state import hidden_state
 from harness.store import Store, code_hash, ptxas_error_key, static_reject_key
@@ -248,11 +248,12 @@ class Evaluator:
         there is one (~10 ms of parsing a variant of an Inductor kernel), else here."""
         if not variants:
             return []
-        base, pool = self._baseline_text(spec), self._pool(len(variants))
-        texts = [v.ptx for v in variants]
+        pool, texts = self._pool(len(variants)), [v.ptx for v in variants]
         if pool is None:
+            base = self._baseline_text(spec)
             return [hidden_state(t, base) for t in texts]
-        return list(pool.map(hidden_state, texts, [base] * len(texts)))
+        n = len(texts)  # the baseline read in each pool process, not sent with every task
+        return list(pool.map(hidden_state_of, texts, [str(spec.ptx_path)] * n, [spec.entry] * n))
 
     def _prepare(self, spec, variants: list[Variant], base: Measurement | None,
                  stats: EvalStats) -> Batch:
