@@ -153,3 +153,31 @@ def test_a_nodes_actions_follow_what_genes_gained_after_the_ones_it_holds():
     assert order[0] == "cache_ld(policy=cs)"
     assert mcgs._weight(stub, "cache_ld(policy=cs)", ("vec_ld(width=4)",)) == pytest.approx(6.0)
     assert mcgs._weight(stub, "unroll(factor=2)", ("vec_ld(width=4)",)) == 1.0  # it lost there
+
+
+def test_generation_one_measures_the_priors_seeds_as_edges_from_the_root():
+    """Seeds of a code already taken (the root's, another seed's) are left out; each seed
+    kept is measured in generation 1 as one edge from the root that adds its whole stack,
+    and the search goes on from the best of them."""
+    prior = {"seeds": ["vec_ld(width=4),vec_st(width=4)", "maxnreg(n=128)",
+                       "vec_st(width=4),vec_ld(width=4)", "cache_ld(policy=cs),fast_exp",
+                       "vec_ld(width=2)"]}
+    result, ckpt, events = search(cfg(generations=6, pop=5, seed=3), prior=prior)
+    evals = [str(Genome.from_json(e["genome"])) for e in events if e["type"] == "eval"]
+    assert evals[:4] == ["(baseline)", "vec_ld(width=4),vec_st(width=4)",
+                         "cache_ld(policy=cs),fast_exp", "vec_ld(width=2)"]
+    state = ckpt["kernels"]["k"]["state"]
+    root = state["nodes"][state["root"]]
+    seed_edge = root["edges"]["vec_ld(width=4),vec_st(width=4)"]
+    assert seed_edge["child"] is not None and seed_edge["n"] >= 1
+    assert result.best["cycles"] == pytest.approx(OPTIMUM)
+
+
+def test_a_search_with_seeds_resumes_exactly():
+    prior = {"seeds": ["vec_ld(width=4),vec_st(width=4)", "vec_ld(width=2)"]}
+    config = cfg(generations=6, pop=4)
+    straight, ckpt, _ = search(config, prior=prior)
+    _, partial, _ = search(config, stop_after=2, prior=prior)
+    resumed, again, _ = search(config, checkpoint=partial, prior=prior)
+    assert again["kernels"]["k"]["state"] == ckpt["kernels"]["k"]["state"]
+    assert resumed.best_genome == straight.best_genome

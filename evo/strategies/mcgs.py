@@ -23,6 +23,13 @@ of its group in) the node's genome. Each generation runs simulations in one batc
 4. **backup**: the rollout's best reward goes back up the path (each edge keeps the sum
    and count: Q is their mean). Reward: log(baseline cycles / cycles); a failure is -1.
 
+With a prior, generation 1 measures the baseline and up to ``prior_seeds`` of the prior's
+seed genomes (the stacks of genes it predicts best for this kernel, as evolve's first
+generation holds them), each an edge from the root that adds its whole stack at once (a
+macro action, as an LLM's patch would be): the search goes on from the best of them
+instead of rebuilding their stacks a gene at a time (session 17's mcgs45_priors trailed
+evolve45_priors, which starts from those seeds, by 1.5 points).
+
 A generation measures about ``[run] pop`` genomes (``pop // (1 + rollout)`` simulations),
 so ``--generations 9 --pop 5`` costs what evolve's 45 trials cost. The state is plain JSON
 (nodes, edges, the generation): a checkpoint resumes it exactly.
@@ -35,6 +42,7 @@ so ``--generations 9 --pop 5`` costs what evolve's 45 trials cost. The state is 
 | rollout | 1       | genes a rollout adds after an expansion (0 = none)        |
 | epsilon | 0.2     | rollout: chance of a random open gene                     |
 | lam     | 0.05    | rollout: visit penalty in Q - lam * N                     |
+| prior_seeds | 4   | with priors: seed genomes measured in generation 1        |
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from dataclasses import dataclass
 from genomes.genome import Genome, parse_inline
 
 from evo.learn.priors import expected_gain, gene_key
+from evo.learn.steer import seed_genomes
 from evo.options import opt
 
 FAILED = -1.0  # the reward of a variant that failed its check (or was not measured)
@@ -62,6 +71,9 @@ class Options:
     rollout: int = opt(1, lo=0, hi=8, doc="genes a rollout adds after an expansion")
     epsilon: float = opt(0.2, lo=0.0, hi=1.0, doc="rollout: chance of a random open gene")
     lam: float = opt(0.05, lo=0.0, hi=10.0, doc="rollout: visit penalty in Q - lam * N")
+    prior_seeds: int = opt(4, lo=0, hi=10000,
+                           doc="with priors: generation 1 measures at most this many of the "
+                               "prior's seed genomes, each an edge from the root")
 
 
 def generations(config) -> int:
@@ -76,11 +88,19 @@ def step(state: dict, search) -> dict:
     state = {**state, "nodes": {k: _copy(n) for k, n in state["nodes"].items()}}
     generation = state["generation"] + 1
     opts = search.config.mcgs
+    places = search.config.run.pop
     if state["root"] is None:  # the baseline first: its node is the root, its cycles the scale
-        base = search.evaluate([Genome()], generation)[0]
+        seeds = _seeds(search, opts)
+        measured = search.evaluate([Genome(), *seeds], generation)
+        base = measured[0]
         state["base_cycles"] = base.cycles if base.valid else None
         state["root"] = _node(state, search, Genome(), _reward(state, base), base.cycles)
-    sims = max(1, search.config.run.pop // (1 + opts.rollout))
+        for seed, m in zip(seeds, measured[1:]):
+            _attach(state, search, state["root"], str(seed), seed, m)
+        places -= len(seeds)
+        if places < 1 + opts.rollout and seeds:  # the seeds took this generation's places
+            return {**state, "generation": generation}
+    sims = max(1, places // (1 + opts.rollout))
     paths, leaves = [], []
     for _ in range(sims):
         chosen = _select(state, search, opts, pending={_key(g) for g in leaves})
@@ -140,9 +160,47 @@ def _node(state: dict, search, genome: Genome, reward: float, cycles) -> str:
     return key
 
 
+def _seeds(search, opts) -> list[Genome]:
+    """The prior's seed genomes for generation 1 (none without a prior): at most
+    ``prior_seeds`` and ``pop - 1``, each of a machine code neither the baseline's nor
+    another seed's (one batch of ptxas runs decides)."""
+    count = min(opts.prior_seeds, search.config.run.pop - 1)
+    if not search.prior or count < 1:
+        return []
+    seeds = seed_genomes(search.prior, len(search.prior.get("seeds", [])), lambda g: False)
+    search.look_up_codes([Genome(), *seeds])
+    codes, out = {search.code_key(Genome())}, []
+    for seed in seeds:
+        code = search.code_key(seed)
+        if code not in codes and len(out) < count:
+            codes.add(code)
+            out.append(seed)
+    return out
+
+
+def _attach(state: dict, search, node_key: str, label: str, genome: Genome, m) -> None:
+    """An edge ``label`` from a node to ``genome``'s node, followed once with ``m``'s reward."""
+    reward = _reward(state, m)
+    child = _node(state, search, genome, reward, m.cycles)
+    node = state["nodes"][node_key]
+    if label in node["order"]:
+        node["order"].remove(label)
+    node["edges"][label] = {"n": 1, "w": reward, "child": child}
+    node["n"] += 1
+    state["nodes"][child]["n"] += 1
+
+
 @functools.lru_cache(maxsize=4096)
-def _gene(text: str):
-    return parse_inline(text).genes[0]
+def _genes(label: str) -> tuple:
+    """The genes an edge adds: one, or a prior seed's whole stack."""
+    return parse_inline(label).genes
+
+
+def _extend(genome: Genome, label: str) -> Genome:
+    """The genome an edge leads to: ``genome`` with each of the edge's genes."""
+    for gene in _genes(label):
+        genome = genome.with_gene(gene)
+    return genome
 
 
 def _weight(search, gene: str, held: tuple[str, ...] = ()) -> float:
@@ -150,8 +208,13 @@ def _weight(search, gene: str, held: tuple[str, ...] = ()) -> float:
     keys): 1, plus ten times the gain other kernels saw it bring there (evo.learn): where
     it was added after genes held here (the prior's ``after``, gene -> next-gene gains
     across kernels), the mean of those gains, else its effect alone. So the genes that
-    followed the ones on this path well elsewhere come first."""
-    gain = expected_gain(search.prior or {}, gene_key(_gene(gene)), held)
+    followed the ones on this path well elsewhere come first. A seed's edge (several
+    genes) weighs by the sum of its genes' gains, each after the ones before it."""
+    gain = 0.0
+    for g in _genes(gene):
+        key = gene_key(g)
+        gain += expected_gain(search.prior or {}, key, held)
+        held = (*held, key)
     return 1.0 + 10.0 * max(0.0, gain)
 
 
@@ -190,7 +253,7 @@ def _select(state: dict, search, opts, pending: set[str]):
         edge["n"] += 1
         path.append((node_key, gene))
         if edge["child"] is None:
-            return path, here.with_gene(_gene(gene))
+            return path, _extend(here, gene)
         node_key = edge["child"]
         on_path.add(node_key)
 
@@ -204,7 +267,7 @@ def _scored(search, opts, node: dict, here: Genome, on_path: set, pending: set) 
     for gene, edge in node["edges"].items():
         if edge["child"] in on_path:
             continue  # a cycle: adding it gives back code already on the path
-        if edge["child"] is None and _key(here.with_gene(_gene(gene))) in pending:
+        if edge["child"] is None and _key(_extend(here, gene)) in pending:
             continue
         q = edge["w"] / edge["n"] if edge["n"] else 0.0
         p = _weight(search, gene, held) / total  # P(a)
@@ -224,7 +287,7 @@ def _widen(state: dict, search, opts, node: dict, here: Genome, more: int = 0) -
         gene = node["order"].pop(0)
         node["edges"][gene] = {"n": 0, "w": 0.0, "child": None}
         opened.append(gene)
-    children = [here.with_gene(_gene(gene)) for gene in opened]
+    children = [_extend(here, gene) for gene in opened]
     search.look_up_codes(children)
     for gene, child in zip(opened, children):
         key = search.code_key(child)
@@ -251,7 +314,7 @@ def _expand(state: dict, search, opts, paths, leaves: list[Genome], generation: 
         moves = [(i, tip, gene) for i, tip, gene in moves if gene is not None]
         if not moves:
             break
-        genomes = [Genome.from_json(state["nodes"][tip]["genome"]).with_gene(_gene(gene))
+        genomes = [_extend(Genome.from_json(state["nodes"][tip]["genome"]), gene)
                    for _, tip, gene in moves]
         search.look_up_codes(genomes)
         tips = [None] * len(tips)
