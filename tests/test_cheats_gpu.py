@@ -119,8 +119,10 @@ def test_the_gate_passes_it_and_the_finalist_check_rejects_it(worker, cheat):
         f"{label}: finalist check said {r.reason!r}; expected {expected(cheat)}; details {r.details}")
 
 
-@pytest.mark.parametrize("kernel", ["relu", "transpose"])
+@pytest.mark.parametrize("kernel", ["relu", "transpose", "gemm_tile_4x6x8"])
 def test_a_clean_kernel_passes_the_finalist_check(kernel):
+    """relu (8 MiB) and transpose (4 MiB) draw their inputs on the GPU in the check's
+    processes, the one-thread tile (under 1 MiB) on the host."""
     spec = find_kernel(kernel)
     r = check_finalist(spec, spec.ptx_text())
     if not r.ran:

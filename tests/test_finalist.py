@@ -255,7 +255,7 @@ _FAKE_CUPY = '''
 kernel is relu ($FAKE_KERNEL=noisy changes one element at random, =fault raises)."""
 import os
 import numpy as np
-uint8 = np.uint8
+from numpy import ascontiguousarray, full, uint8, zeros  # arrays "on the device" are NumPy's
 _mem = {}
 class _Err(Exception):
     pass
@@ -263,6 +263,8 @@ class _NS:
     pass
 cuda = _NS(); cuda.runtime = _NS(); cuda.driver = _NS(); cuda.function = _NS()
 cuda.runtime.CUDARuntimeError = cuda.driver.CUDADriverError = _Err
+cuda.curand = _NS(); cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10 = 0
+random = _NS(); random.RandomState = lambda seed, method=None: np.random.RandomState(seed % 2**32)
 def _malloc(n):
     _mem[len(_mem) + 1] = np.zeros(n, np.uint8)
     return len(_mem)
@@ -280,6 +282,8 @@ class ndarray:
         self.buf = _mem[memptr.mem.ptr]
     def set(self, host):
         self.buf[:] = host
+    def __setitem__(self, where, value):
+        self.buf[where] = value
     def get(self):
         return self.buf.copy()
 class Module:
