@@ -1,16 +1,22 @@
-"""harness.tools.bench_throughput's kernels at other sizes (``relu@4M``) and its per-kernel table."""
+"""Suite kernels at other sizes (``relu@4M``, ``harness.kernels.resize``), as every command
+names them, and harness.tools.bench_throughput's per-kernel table."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from harness.gpu import input_sets
-from harness.tools.bench_throughput import format_table, kernel_spec, main, resized
-from harness.kernels.suite import find_kernel
+from harness.kernels.resize import ResizeError, resized
+from harness.kernels.spec import load_spec
+from harness.kernels.spec_write import spec_file
+from harness.kernels.suite import UnknownKernelError, find_kernel
+from harness.tools.bench_throughput import format_table, main
 
 
 def test_resized_elementwise_kernel_has_every_length_and_grid_changed():
-    spec = kernel_spec("relu@4M")
+    spec = find_kernel("relu@4M")
     assert spec.name == "relu@4M" and spec.store_name == "relu@4M"
     assert [p.count for p in spec.buffers()] == [4 << 20, 4 << 20]
     assert spec.param("n").value == 4 << 20
@@ -22,11 +28,36 @@ def test_resized_elementwise_kernel_has_every_length_and_grid_changed():
     assert odd.name == "gelu@1000" and odd.grid == (4, 1, 1)
 
 
+def test_a_row_kernel_grows_by_rows_and_keeps_its_row_long_buffers():
+    spec = find_kernel("layernorm@4M")  # 1024 columns: 4096 rows
+    assert spec.grid == (4096, 1, 1) and spec.meta["rows"] == 4096 and spec.meta["cols"] == 1024
+    assert {p.name: p.count for p in spec.buffers()} == {
+        "x": 4 << 20, "gamma": 1024, "beta": 1024, "y": 4 << 20}
+    inputs = input_sets.make_inputs(spec, 1)
+    reference = input_sets.reference_outputs(spec, inputs)
+    assert reference["y"].shape == (4 << 20,)  # the NumPy reference follows meta's rows
+    with pytest.raises(ResizeError, match="no whole number of rows"):
+        find_kernel("softmax@1000")
+
+
 @pytest.mark.parametrize("name, error", [("relu@3Q", "size after @"), ("relu@0", "size after @"),
-                                         ("softmax@4M", "not an elementwise kernel")])
+                                         ("transpose@4M", "cannot be resized"),
+                                         ("cross_entropy@4M", "cannot be resized")])
 def test_bad_sizes_and_kernels_that_cannot_be_resized_are_refused(name, error):
-    with pytest.raises(ValueError, match=error):
-        kernel_spec(name)
+    with pytest.raises(ResizeError, match=error):
+        find_kernel(name)
+    with pytest.raises(UnknownKernelError):
+        find_kernel("no_such_kernel@4M")
+
+
+def test_a_resized_spec_is_written_for_a_process_that_reads_files(tmp_path):
+    spec = find_kernel("softmax@2M")
+    assert spec.spec_path is None
+    path = spec_file(spec, tmp_path)
+    assert path.parent == tmp_path
+    assert dataclasses.replace(load_spec(path), spec_path=None) == spec
+    suite = find_kernel("softmax")
+    assert spec_file(suite, tmp_path) == suite.spec_path  # a spec with its file keeps it
 
 
 def test_per_kernel_table_on_the_static_backend_says_it_estimates(capsys, tmp_path):

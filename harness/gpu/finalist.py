@@ -202,8 +202,8 @@ def _driver_error(text: str) -> str:
 # ---------------------------------------------------------------------- running
 
 
-def _driver_cmd(cubin: Path, spec, launch, seed: int, out: Path | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "harness.gpu.finalist_driver", str(cubin), str(spec.spec_path),
+def _driver_cmd(cubin: Path, spec_path: Path, launch, seed: int, out: Path | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "harness.gpu.finalist_driver", str(cubin), str(spec_path),
            "--seed", str(seed)]
     if launch is not None:
         cmd += ["--launch", json.dumps(launch.to_json())]
@@ -278,15 +278,13 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
     ``launch`` (None: the spec's) on device ``gpu`` (None: the default one); never raises
     for what the variant does."""
     from harness.compile import compile_ptx
+    from harness.kernels.spec_write import spec_file
 
     details: dict = {}
     unsafe = unsafe_nc_loads(ptx)
     details[STATIC] = unsafe or "no .nc load of a written buffer"
     if unsafe:
         return FinalistResult(False, f"{UNSAFE_NC}: {unsafe[0]}", details)
-    if spec.spec_path is None:
-        return FinalistResult(False, f"{NOT_RUN}: spec {spec.name} has no file (the driver reads "
-                              "specs from TOML)", details)
     exe = sanitizer or find_sanitizer()
     if exe is None:
         return FinalistResult(False, f"{NOT_RUN}: compute-sanitizer not found (looked at "
@@ -298,14 +296,15 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
     with tempfile.TemporaryDirectory(prefix="evo-finalist-") as tmp:
         cubin = Path(tmp, "variant.cubin")
         cubin.write_bytes(compiled.cubin)
+        spec_path = spec_file(spec, Path(tmp))  # the driver reads the spec from a file
         tools = [MEMCHECK, RACECHECK] if uses_shared_memory(spec, ptx) else [MEMCHECK]
         if RACECHECK not in tools:
             details[RACECHECK] = "skipped: the kernel uses no shared memory"
         commands = {tool: [exe, "--tool", tool, "--print-limit", str(PRINT_LIMIT),
                            *(["--padding", str(PADDING_BYTES)] if tool == MEMCHECK else []),
-                           *_driver_cmd(cubin, spec, launch, seed)] for tool in tools}
+                           *_driver_cmd(cubin, spec_path, launch, seed)] for tool in tools}
         outs = [Path(tmp, f"run{i}.npz") for i in (1, 2)]
-        commands.update({out.stem: _driver_cmd(cubin, spec, launch, seed, out) for out in outs})
+        commands.update({out.stem: _driver_cmd(cubin, spec_path, launch, seed, out) for out in outs})
         # The runs are independent processes: all at once, read in the docstring's order
         # (each waits ~1 s to start Python and CuPy: one after another, 3-6 s a kernel).
         with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:

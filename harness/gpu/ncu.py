@@ -48,12 +48,11 @@ def find_ncu() -> str | None:
 def profile(spec, ptx: str, launch=None, timeout: float = 180.0) -> dict:
     """The ncu figures of ``ptx`` launched as ``launch`` (default: the spec's); see above."""
     from harness.compile import compile_ptx
+    from harness.kernels.spec_write import spec_file
 
     ncu = find_ncu()
     if ncu is None:
         return {"error": "ncu not found (Nsight Compute is part of the CUDA toolkit)"}
-    if spec.spec_path is None:
-        return {"error": "the spec has no file for the profiled process to read"}
     compiled = compile_ptx(ptx)
     if not compiled.ok:
         return {"error": f"ptxas: {compiled.error}"}
@@ -61,10 +60,11 @@ def profile(spec, ptx: str, launch=None, timeout: float = 180.0) -> dict:
     with tempfile.TemporaryDirectory(prefix="evo-ncu-") as tmp:
         cubin = Path(tmp, "variant.cubin")
         cubin.write_bytes(compiled.cubin)
+        spec_path = spec_file(spec, Path(tmp))  # the profiled process reads it from a file
         cmd = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--launch-count", "1",
                "--kernel-name", spec.entry,
                "--metrics", ",".join([*METRICS, f"regex:{STALL_PREFIX}.*{STALL_SUFFIX}"]),
-               sys.executable, "-m", "harness.gpu.ncu", str(spec.spec_path), str(cubin),
+               sys.executable, "-m", "harness.gpu.ncu", str(spec_path), str(cubin),
                "--grid", ",".join(map(str, launch.grid)),
                "--block", ",".join(map(str, launch.block))]
         try:

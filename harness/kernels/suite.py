@@ -1,8 +1,9 @@
 """The kernel suite shipped in `harness/kernels/`: list it, and find a kernel by name or path.
 
 A kernel is named the way a user types it on the command line: a suite name
-(`gemm_tile_4x6x8`), a path to a spec (`my/kernel.toml`), or a path to a PTX file whose
-spec sits beside it with the same stem (`my/kernel.ptx` -> `my/kernel.toml`).
+(`gemm_tile_4x6x8`), a suite name at another size (`relu@16M`, `softmax@4M`:
+`harness.kernels.resize`), a path to a spec (`my/kernel.toml`), or a path to a PTX file
+whose spec sits beside it with the same stem (`my/kernel.ptx` -> `my/kernel.toml`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from genomes.errors import EvoError
 from harness.kernels.catalog import GEMM_SIZES, gemm_name
+from harness.kernels.resize import parse_size, resized
 from harness.kernels.spec import KernelSpec, SpecError, load_spec
 from harness.kernels.spec_ptx import check_ptx
 
@@ -79,11 +81,12 @@ def _checked(spec: KernelSpec) -> KernelSpec:
 
 
 def find_kernel(name_or_path: str | Path) -> KernelSpec:
-    """The spec for a suite name, a `.toml` path, or a `.ptx` path with its `.toml` beside it,
-    checked against its PTX (entry name, params), the way every command loads a spec for use.
+    """The spec for a suite name (or ``NAME@SIZE``), a `.toml` path, or a `.ptx` path with
+    its `.toml` beside it, checked against its PTX (entry name, params), the way every command loads a spec for use.
 
-    Raises UnknownKernelError (with up to three close suite names) for an unknown name, and
-    SpecError for a missing or invalid file or a spec that does not match its PTX.
+    Raises UnknownKernelError (with up to three close suite names) for an unknown name,
+    SpecError for a missing or invalid file or a spec that does not match its PTX, and
+    ResizeError for a size or a kernel that cannot be resized.
     """
     text = str(name_or_path)
     path = Path(text)
@@ -92,6 +95,9 @@ def find_kernel(name_or_path: str | Path) -> KernelSpec:
     names = suite_names()
     if text in names:
         return _checked(load_spec(suite_dir() / f"{text}.toml"))
+    base, at, size = text.partition("@")
+    if at and base in names:
+        return _checked(resized(find_kernel(base), parse_size(size)))
     close = difflib.get_close_matches(text, names, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; {len(names)} kernels, e.g. {', '.join(names[:2])}"
     raise UnknownKernelError(f"unknown kernel {text!r} (not in the suite at {suite_dir()}, not a file){hint}")

@@ -21,8 +21,7 @@ run says so on every line with a number: it estimates, it does not measure.
 
 ``--per-kernel`` runs the benchmark once per kernel named (``--seconds`` each) and prints
 a table, so rates of a one-thread tile and of 64M elements are not averaged together.
-``NAME@4M`` names a suite elementwise kernel (every buffer of one length, a scalar ``n``)
-resized to 4M elements (``resized``).
+``NAME@4M`` names a suite kernel resized to 4M elements (``harness.kernels.resize``).
 """
 
 from __future__ import annotations
@@ -30,9 +29,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
-import dataclasses
 import json
-import math
 import random
 import sys
 import tempfile
@@ -48,36 +45,6 @@ from harness.store import Store
 from harness.kernels.suite import find_kernel, gemm_tiles
 
 STATIC_TAG = "static estimate, not measured"
-_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def resized(spec, count: int):
-    """``spec`` (an elementwise kernel: every buffer ``count`` long, a scalar ``n`` giving
-    it, a 1-D grid) with ``count`` elements, named ``NAME@<count>``; ValueError otherwise."""
-    counts = {p.count for p in spec.buffers()}
-    names = {p.name for p in spec.scalars()}
-    if len(counts) != 1 or "n" not in names or spec.grid[1:] != (1, 1):
-        raise ValueError(f"{spec.name} is not an elementwise kernel (buffers of one length, "
-                         f"a scalar n): it cannot be resized")
-    params = tuple(dataclasses.replace(p, count=count) if p.kind == "buffer" else
-                   dataclasses.replace(p, value=count) if p.name == "n" else p
-                   for p in spec.params)
-    label = next((f"{count // u}{k}" for k, u in reversed(_UNITS.items()) if count % u == 0),
-                 str(count))
-    return dataclasses.replace(spec, name=f"{spec.name}@{label}", params=params,
-                               grid=(math.ceil(count / spec.block[0]), 1, 1))
-
-
-def kernel_spec(name: str):
-    """A suite kernel by name, or ``NAME@4M`` (``resized``: K, M, G or a plain count)."""
-    if "@" not in name:
-        return find_kernel(name)
-    base, size = name.split("@", 1)
-    unit = _UNITS.get(size[-1:].upper(), 1)
-    digits = size[:-1] if unit > 1 else size
-    if not digits.isdigit() or int(digits) < 1:
-        raise ValueError(f"{name}: the size after @ is a count such as 4M, 65536 or 1G")
-    return resized(find_kernel(base), int(digits) * unit)
 
 
 def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, seed: int = 0,
@@ -90,7 +57,7 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
     reasons: collections.Counter = collections.Counter()
     phases: collections.Counter = collections.Counter()  # worker seconds by phase, summed
     fresh = 0  # measurements the worker made (not store answers)
-    specs = [kernel_spec(n) for n in names]
+    specs = [find_kernel(n) for n in names]
     batches = 0
     with tempfile.TemporaryDirectory(prefix="evo-bench-") as tmp, \
             Store(Path(tmp, "store.sqlite")) as store, \
@@ -237,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
         kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
         for name in kernels or []:
-            kernel_spec(name)  # a bad name fails now, not after minutes of the others
+            find_kernel(name)  # a bad name fails now, not after minutes of the others
         groups = [[k] for k in kernels or gemm_tiles()] if args.per_kernel else [kernels]
         summaries = []
         for group in groups:
