@@ -181,3 +181,14 @@ def test_a_search_with_seeds_resumes_exactly():
     resumed, again, _ = search(config, checkpoint=partial, prior=prior)
     assert again["kernels"]["k"]["state"] == ckpt["kernels"]["k"]["state"]
     assert resumed.best_genome == straight.best_genome
+
+
+def test_genes_the_prior_never_measured_ride_on_the_first_seed(monkeypatch):
+    """As evolve's generation 1: a gene no kernel of the prior has evidence on is tried in
+    generation 1, on top of the first seed, in the last seed's place."""
+    monkeypatch.setattr(KernelSearch, "draw_from", lambda self: GENES)  # as for a known spec
+    prior = {"seeds": ["vec_ld(width=4)", "vec_ld(width=2)"],
+             "evidence": {str(g): 1.0 for g in GENES if str(g) != "cache_ld(policy=cg)"}}
+    _, _, events = search(cfg(generations=1, pop=3, seed=3), prior=prior)
+    evals = [str(Genome.from_json(e["genome"])) for e in events if e["type"] == "eval"]
+    assert evals[:3] == ["(baseline)", "vec_ld(width=4)", "vec_ld(width=4),cache_ld(policy=cg)"]
