@@ -18,7 +18,7 @@ from pathlib import Path
 
 from genomes.errors import EvoError
 from genomes.genome import Genome, apply_genome
-from harness.kernels.peers import peer_or_reason
+from harness.kernels.peers import peer_or_reason, prepare_peer
 from harness.kernels.spec import KernelSpec, with_caches
 
 from evo import config as config_mod
@@ -216,8 +216,10 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         if backend.remeasures and spec.peer and saved.peer is None:
             progress.note(f"{spec.name}: timing its peer {spec.peer}")
             start = time.perf_counter()
+            prepared = prepare_peer(spec)  # torch's import and the host's work, GPU not held
             with turns.alone() as gpu:
-                saved.peer = peer_or_reason(spec, config.run.gpus[0] if gpu is None else gpu)
+                saved.peer = peer_or_reason(spec, config.run.gpus[0] if gpu is None else gpu,
+                                            prepared)
             spent.add("peer", start)
         ledger.save()  # the steps' seconds, the peer
         bar.end(result)

@@ -16,6 +16,7 @@ imported by the caller; nothing here runs without it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 
@@ -67,18 +68,36 @@ def time_graph_us(calls, torch) -> float:
     return float(np.median(samples))
 
 
-def time_peer(spec, torch, seed: int = 5) -> dict:
-    """The peer's µs per call on the spec's inputs (timed as above), and whether its output
-    agrees with the spec's NumPy reference (None where the spec has none)."""
+@dataclasses.dataclass(frozen=True)
+class PeerInputs:
+    """The host half of a peer's timing: the inputs (NumPy, one seed) and the spec's NumPy
+    reference outputs on them (None where it has none)."""
+
+    inputs: dict
+    want: dict | None
+
+
+def peer_inputs(spec, seed: int = 5) -> PeerInputs:
+    """``PeerInputs`` of ``spec`` for ``seed``: made on the host, before a GPU is held (at
+    16M elements the draws and the reference take a second)."""
     from harness.gpu.input_sets import make_inputs, reference_outputs
-    from harness.gpu.timing import caches_note, cold_copies, set_bytes
 
     inputs = make_inputs(spec, seed)
+    return PeerInputs(inputs, reference_outputs(spec, inputs))
+
+
+def time_peer(spec, torch, seed: int = 5, prepared: PeerInputs | None = None) -> dict:
+    """The peer's µs per call on the spec's inputs (timed as above), and whether its output
+    agrees with the spec's NumPy reference (None where the spec has none). ``prepared``:
+    ``peer_inputs(spec, seed)`` made beforehand."""
+    from harness.gpu.timing import caches_note, cold_copies, set_bytes
+
+    prepared = prepared or peer_inputs(spec, seed)
+    inputs, want = prepared.inputs, prepared.want
     tensors = {p.name: (torch.from_numpy(np.ascontiguousarray(inputs[p.name])).cuda()
                         if p.kind == "buffer" else inputs[p.name].item()) for p in spec.params}
     peer = load_peer(spec.peer)
     out = peer(dict(tensors)).float().cpu().numpy().ravel()
-    want = reference_outputs(spec, inputs)
     agrees = None
     if want is not None:
         expected = next(iter(want.values())).astype(np.float32)
@@ -95,9 +114,10 @@ def time_peer(spec, torch, seed: int = 5) -> dict:
             "peer_caches": caches_note(spec, nbytes, copies, l2)}
 
 
-def peer_or_reason(spec, gpu: int) -> dict | None:
-    """``time_peer`` on GPU ``gpu`` where torch can run it, else why not (``reason``):
-    what a run's report quotes. None when the spec names no peer."""
+def prepare_peer(spec) -> PeerInputs | dict | None:
+    """What a peer's timing needs before it needs a GPU to itself: torch imported (seconds,
+    the first time in a process) and ``peer_inputs``; or why torch cannot run it (a dict
+    with ``reason``, what ``peer_or_reason`` returns); None when the spec names no peer."""
     if not spec.peer:
         return None
     try:
@@ -107,8 +127,23 @@ def peer_or_reason(spec, gpu: int) -> dict | None:
     if not torch.cuda.is_available():
         return {"peer": spec.peer, "reason": "torch sees no GPU"}
     try:
+        return peer_inputs(spec)
+    except Exception as err:
+        return {"peer": spec.peer, "reason": f"{type(err).__name__}: {err}"[:300]}
+
+
+def peer_or_reason(spec, gpu: int, prepared: PeerInputs | dict | None = None) -> dict | None:
+    """``time_peer`` on GPU ``gpu`` where torch can run it, else why not (``reason``):
+    what a run's report quotes. None when the spec names no peer. ``prepared``:
+    ``prepare_peer(spec)``'s, made before the GPU was held (else made here)."""
+    prepared = prepared if prepared is not None else prepare_peer(spec)
+    if not isinstance(prepared, PeerInputs):
+        return prepared
+    import torch
+
+    try:
         with torch.cuda.device(gpu):
-            return time_peer(spec, torch)
+            return time_peer(spec, torch, prepared=prepared)
     except Exception as err:  # a peer that fails says why; the run goes on
         return {"peer": spec.peer, "reason": f"{type(err).__name__}: {err}"[:300]}
 
