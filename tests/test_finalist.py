@@ -214,6 +214,24 @@ def test_determinism_compares_bits(tmp_path):
     assert why.startswith("not deterministic: 1 of 8 elements of y differ bitwise") and "y[5]" in why
 
 
+def test_runs_with_equal_digests_are_equal_without_loading_their_outputs(tmp_path):
+    from harness.gpu.finalist_driver import digest_path, outputs_digest
+
+    spec = find_kernel("relu")
+    y = np.arange(8, dtype=np.float32)
+    a, b = tmp_path / "a.npz", tmp_path / "b.npz"
+    for path in (a, b):  # digests only: were the outputs loaded, np.load would raise
+        Path(digest_path(path)).write_text(outputs_digest(spec, {"y": y}))
+    assert finalist._compare_runs(spec, a, b, 1) == ""
+    z = y.copy()
+    z[3] += 1
+    np.savez(a, y=y)
+    np.savez(b, y=z)
+    Path(digest_path(b)).write_text(outputs_digest(spec, {"y": z}))
+    why = finalist._compare_runs(spec, a, b, 1)  # digests differ: the outputs say where
+    assert why.startswith("not deterministic: 1 of 8 elements of y differ bitwise") and "y[3]" in why
+
+
 def test_a_kernel_whose_baseline_adds_floats_atomically_is_judged_within_tolerance(tmp_path):
     """The order of atomic float adds changes from run to run, in the baseline too: its
     runs may differ in the last bits, not beyond the tolerance."""

@@ -254,7 +254,12 @@ def _compare_runs(spec, first: Path, second: Path, seed: int, ordered: bool = Tr
     """"" when two runs' outputs are bitwise equal (``ordered``) or, for a kernel whose
     baseline adds floats atomically, within the spec's tolerance; else what differs."""
     from harness.gpu import gate
+    from harness.gpu.finalist_driver import digest_path
 
+    digests = [Path(digest_path(f)).read_text() if Path(digest_path(f)).is_file() else None
+               for f in (first, second)]
+    if digests[0] is not None and digests[0] == digests[1]:
+        return ""  # bitwise equal: the outputs (a resnet layer's are 200 MB) stay unread
     a, b = np.load(first), np.load(second)
     if not ordered:
         same, why = gate.compare({k: a[k] for k in a.files}, {k: b[k] for k in b.files}, spec)

@@ -10,7 +10,8 @@ in each of the check's processes, and 0.01 s on an H200), gives every buffer its
 size (no canaries, no shared arena: memcheck only sees an access as out of bounds when it
 leaves every allocation), launches once with the spec's grid and block or ``--launch``'s,
 and synchronizes. On success it prints ``DRIVER_OK`` and, with ``--out``, saves every output
-buffer (by param name) to an ``.npz`` for the determinism check. Exit codes: 0 ok, 2 a CUDA
+buffer (by param name) to an ``.npz`` for the determinism check, with their sha256 beside it
+(``OUT.sha256``). Exit codes: 0 ok, 2 a CUDA
 error in the launch (printed as ``evo-finalist-driver: launch error: ...``), 3 bad arguments
 or a setup failure.
 """
@@ -18,6 +19,7 @@ or a setup failure.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 
@@ -35,6 +37,21 @@ def _allocate(cp, nbytes: int, owners: list):
     owners.append(ptr)
     memory = cp.cuda.UnownedMemory(ptr, nbytes, owners)
     return cp.ndarray((nbytes,), cp.uint8, cp.cuda.MemoryPointer(memory, 0))
+
+
+def outputs_digest(spec, outputs: dict) -> str:
+    """sha256 over the output buffers' bytes in param order: two runs whose digests agree
+    are bitwise equal, and the caller need not load hundreds of MB to see it."""
+    digest = hashlib.sha256()
+    for p in spec.outputs():
+        digest.update(p.name.encode() + b"\0")
+        digest.update(np.ascontiguousarray(outputs[p.name]).view(np.uint8).data)
+    return digest.hexdigest()
+
+
+def digest_path(out) -> str:
+    """Where ``--out``'s digest goes: beside the outputs."""
+    return f"{out}.sha256"
 
 
 def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
@@ -86,6 +103,8 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
         return 3
     if out:
         np.savez(out, **outputs)
+        with open(digest_path(out), "w") as f:
+            f.write(outputs_digest(spec, outputs))
     print(DRIVER_OK, flush=True)
     for ptr in owners:
         cp.cuda.runtime.free(ptr)
