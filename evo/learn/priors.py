@@ -275,7 +275,7 @@ def prior_for(kb: dict, target: str, device: str, features: dict[str, float],
             acc[1] += w
     after: dict[str, list[float]] = {}
     for e, w in zip(entries, weights):
-        for k, gain in _gains_after(e.get("rows", [])).items():
+        for k, gain in _kept_gains_after(e.get("rows", [])).items():
             acc = after.setdefault(k, [0.0, 0.0])
             acc[0] += w * gain
             acc[1] += w
@@ -304,6 +304,22 @@ def expected_gain(prior: dict, key: str, held=()) -> float:
     after = prior.get("after", {})
     seen = [after[f"{a}>{key}"] for a in held if f"{a}>{key}" in after]
     return sum(seen) / len(seen) if seen else prior.get("genes", {}).get(key, 0.0)
+
+
+_AFTER: dict[int, tuple[list, dict]] = {}  # id(rows) -> (rows, their _gains_after)
+
+
+def _kept_gains_after(rows: list) -> dict[str, float]:
+    """``_gains_after(rows)``, computed once per rows list: a run's priors (one a kernel)
+    all read the same entries of one knowledge base, and each entry's gains took 15 % of
+    a prior (resnet50's 18, BENCHMARKS.md session 21). Kept with the list itself, so an id
+    reused by another list is never taken for it."""
+    kept = _AFTER.get(id(rows))
+    if kept is None or kept[0] is not rows:
+        if len(_AFTER) > 4096:
+            _AFTER.clear()
+        kept = _AFTER[id(rows)] = (rows, _gains_after(rows))
+    return kept[1]
 
 
 def _gains_after(rows: list) -> dict[str, float]:
@@ -354,18 +370,17 @@ def _seeds(prior: dict, nearest: list[tuple[dict, float]], registers: float | No
     the best single genes) and the neighbors' list (each near kernel's best genomes, the
     heaviest kernel first, register budgets rescaled) taken in turn, duplicates dropped."""
     stack = _stack(prior)
-    model = [",".join(stack[:k]) for k in range(len(stack), 0, -1)]
-    model += stack[1:]
-    near = []
-    for rank in range(TOP):
-        for entry, _w in nearest:
-            if rank < len(entry["best"]):
-                near.append(_adapt(entry["best"][rank][0], entry["features"], registers))
+    model = iter([",".join(stack[:k]) for k in range(len(stack), 0, -1)] + stack[1:])
+    # The neighbours' genomes are adapted as they are taken: a prior keeps ``limit`` of
+    # them, of up to TOP x every kernel of the knowledge base.
+    near = (_adapt(entry["best"][rank][0], entry["features"], registers)
+            for rank in range(TOP) for entry, _w in nearest if rank < len(entry["best"]))
     out: list[str] = []
-    for i in range(max(len(model), len(near))):
-        for text in (model[i] if i < len(model) else None, near[i] if i < len(near) else None):
-            if text and text not in out:
-                out.append(text)
+    while len(out) < limit:
+        pair = (next(model, None), next(near, None))
+        if pair == (None, None):
+            break
+        out += [text for text in dict.fromkeys(pair) if text and text not in out]
     return out[:limit]
 
 
