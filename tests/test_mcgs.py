@@ -192,3 +192,20 @@ def test_genes_the_prior_never_measured_ride_on_the_first_seed(monkeypatch):
     _, _, events = search(cfg(generations=1, pop=3, seed=3), prior=prior)
     evals = [str(Genome.from_json(e["genome"])) for e in events if e["type"] == "eval"]
     assert evals[:3] == ["(baseline)", "vec_ld(width=4)", "vec_ld(width=4),cache_ld(policy=cg)"]
+
+
+def test_a_dead_end_under_the_best_node_does_not_end_the_search():
+    """Every genome holding vec_ld(width=4) assembles to one code (a gene that makes the
+    others no-ops): its node, the best, has nothing to open but loops back to itself. The
+    search must go on elsewhere for its whole budget, not stop at that node."""
+    def codes(genomes):
+        return ["ld4" if "vec_ld(width=4)" in {str(g) for g in genome.effective().genes}
+                else ",".join(sorted(str(g) for g in genome.effective().genes))
+                for genome in genomes]
+
+    result, _, events = search(cfg(generations=15, pop=6, rollout=0), code_keys=codes)
+    generations = [e["generation"] for e in events if e["type"] == "generation"]
+    assert generations == list(range(1, 16))  # never stuck
+    # Every simulation finds something to expand: the whole budget is measured (before,
+    # walks into that node came back empty and the search measured 78 of 90).
+    assert result.evals >= 1 + 15 * 6 - 3

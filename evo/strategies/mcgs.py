@@ -30,8 +30,11 @@ macro action, as an LLM's patch would be): the search goes on from the best of t
 instead of rebuilding their stacks a gene at a time (session 17's mcgs45_priors trailed
 evolve45_priors, which starts from those seeds, by 1.5 points).
 
-A generation measures about ``[run] pop`` genomes (``pop // (1 + rollout)`` simulations),
-so ``--generations 9 --pop 5`` costs what evolve's 45 trials cost. The state is plain JSON
+A generation measures ``pop // (1 + rollout)`` simulations' worth of genomes (an
+expansion and its rollout each): where an expansion fails (no rollout follows it) or a
+walk finds nothing to expand, more simulations take the places left, so that
+``--generations 9 --pop 5`` measures what evolve's 45 trials do (37 genomes: evolve keeps
+its elite). The state is plain JSON
 (nodes, edges, the generation): a checkpoint resumes it exactly.
 
 | option  | default | meaning                                                   |
@@ -59,6 +62,7 @@ from evo.learn.steer import first_seed_with_untried, seed_genomes
 from evo.options import opt
 
 FAILED = -1.0  # the reward of a variant that failed its check (or was not measured)
+FILL_ROUNDS = 3  # batches a generation adds to measure the places failures left
 
 
 @dataclass(frozen=True)
@@ -100,20 +104,32 @@ def step(state: dict, search) -> dict:
         places -= len(seeds)
         if places < 1 + opts.rollout and seeds:  # the seeds took this generation's places
             return {**state, "generation": generation}
-    sims = max(1, places // (1 + opts.rollout))
-    paths, leaves = [], []
-    for _ in range(sims):
-        chosen = _select(state, search, opts, pending={_key(g) for g in leaves})
-        if chosen is not None:
-            paths.append(chosen[0])
-            leaves.append(chosen[1])
-    if not leaves:
-        return {**state, "generation": generation, "stuck": True}
-    values = _expand(state, search, opts, paths, leaves, generation)
-    for path, value in zip(paths, values):
-        for node_key, gene in path:
-            edge = state["nodes"][node_key]["edges"][gene]
-            edge["w"] += value
+    # A generation measures its planned count: a failed expansion has no rollout, so
+    # more simulations take the places it left (at most FILL_ROUNDS batches more).
+    planned = max(1, places // (1 + opts.rollout)) * (1 + opts.rollout)
+    start = search.evals
+    for round_ in range(1 + FILL_ROUNDS):
+        left = planned - (search.evals - start)
+        if left <= 0 or search.budget_left() == 0:
+            break
+        before = search.evals
+        paths, leaves = [], []
+        for _ in range(max(1, left // (1 + opts.rollout))):
+            chosen = _select(state, search, opts, pending={_key(g) for g in leaves})
+            if chosen is not None:
+                paths.append(chosen[0])
+                leaves.append(chosen[1])
+        if not leaves:
+            if round_ == 0:
+                return {**state, "generation": generation, "stuck": True}
+            break
+        values = _expand(state, search, opts, paths, leaves, generation)
+        for path, value in zip(paths, values):
+            for node_key, gene in path:
+                edge = state["nodes"][node_key]["edges"][gene]
+                edge["w"] += value
+        if search.evals == before:
+            break  # nothing new was measured: more rounds would not be either
     return {**state, "generation": generation}
 
 
@@ -218,12 +234,20 @@ def _weight(search, gene: str, held: tuple[str, ...] = ()) -> float:
     across kernels), the mean of those gains, else its effect alone. So the genes that
     followed the ones on this path well elsewhere come first. A seed's edge (several
     genes) weighs by the sum of its genes' gains, each after the ones before it."""
+    if not search.prior:
+        return 1.0
     gain = 0.0
-    for g in _genes(gene):
-        key = gene_key(g)
-        gain += expected_gain(search.prior or {}, key, held)
+    for key in _label_keys(gene):
+        gain += expected_gain(search.prior, key, held)
         held = (*held, key)
     return 1.0 + 10.0 * max(0.0, gain)
+
+
+@functools.lru_cache(maxsize=4096)
+def _label_keys(label: str) -> tuple[str, ...]:
+    """The prior keys of the genes an edge adds (walks score every edge of every node
+    they pass: these are asked for again and again)."""
+    return tuple(gene_key(g) for g in _genes(label))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -243,37 +267,57 @@ def _actions(search, genome: Genome) -> list[str]:
 
 def _select(state: dict, search, opts, pending: set[str]):
     """(path of (node, gene), the expansion's genome), the visits counted at once; None
-    where every open action leads back into the path or is being expanded already."""
+    where no walk from the root finds an action to expand. A walk that ends at a node
+    whose every action loops back into the path or is being expanded already closes the
+    edge into that node for this selection and starts again from the root (without, the
+    whole search ended there: MCGS stopped after 17-33 of 45 trials on embedding_gather,
+    attention and triton_softmax, BENCHMARKS.md session 21)."""
+    blocked: set[tuple[str, str]] = set()
+    while True:
+        path, genome = _walk(state, search, opts, pending, blocked)
+        if genome is not None:
+            for node_key, gene in path:  # the virtual loss: the batch's next walks see it
+                state["nodes"][node_key]["n"] += 1
+                state["nodes"][node_key]["edges"][gene]["n"] += 1
+            return path, genome
+        if not path:
+            return None  # the root itself has nothing open
+        blocked.add(path[-1])
+
+
+def _walk(state: dict, search, opts, pending: set[str], blocked: set):
+    """One walk down by P-UCB: (path, the expansion's genome), or (path to a dead end,
+    None)."""
     node_key, path, on_path = state["root"], [], {state["root"]}
     while True:
         node = state["nodes"][node_key]
         here = Genome.from_json(node["genome"])
         _widen(state, search, opts, node, here)
-        scored = _scored(search, opts, node, here, on_path, pending)
+        scored = _scored(search, opts, node_key, node, here, on_path, pending, blocked)
         while not scored and node["order"]:  # every open action loops back: open more
             _widen(state, search, opts, node, here, more=len(node["edges"]) + 2)
-            scored = _scored(search, opts, node, here, on_path, pending)
+            scored = _scored(search, opts, node_key, node, here, on_path, pending, blocked)
         if not scored:
-            return None
+            return path, None
         _, gene = max(scored)
-        edge = node["edges"][gene]
-        node["n"] += 1  # the virtual loss: the batch's next simulations see this visit
-        edge["n"] += 1
         path.append((node_key, gene))
-        if edge["child"] is None:
+        child = node["edges"][gene]["child"]
+        if child is None:
             return path, _extend(here, gene)
-        node_key = edge["child"]
+        node_key = child
         on_path.add(node_key)
 
 
-def _scored(search, opts, node: dict, here: Genome, on_path: set, pending: set) -> list:
-    """(P-UCB score, gene) of each open action that neither loops back into the path nor
-    is being expanded by another simulation of the batch."""
+def _scored(search, opts, node_key: str, node: dict, here: Genome, on_path: set, pending: set,
+            blocked: set = frozenset()) -> list:
+    """(P-UCB score, gene) of each open action that neither loops back into the path, nor
+    is being expanded by another simulation of the batch, nor leads to a dead end found
+    by this selection (``blocked``)."""
     held = _held(here.dumps())
     total = sum(_weight(search, g, held) for g in [*node["edges"], *node["order"]])
     scored = []
     for gene, edge in node["edges"].items():
-        if edge["child"] in on_path:
+        if edge["child"] in on_path or (node_key, gene) in blocked:
             continue  # a cycle: adding it gives back code already on the path
         if edge["child"] is None and _key(_extend(here, gene)) in pending:
             continue
