@@ -10,7 +10,9 @@ answers every candidate at once (valid, cycles from the cubin's hash), so that w
 is the host side alone, on a machine without a GPU; its figures are not measurements of any
 kernel. ``--profile FILE`` writes cProfile's statistics of the main thread and every thread
 the command starts (wall-clock time: threads waiting for the lock count too; use
-``--jobs 1`` to read CPU).
+``--jobs 1`` to read CPU). With real GPU workers it has stalled once (resnet50's model job
+on two H200s: 10.8 s of CPU in 200 s, ended by a timeout; BENCHMARKS.md session 21), not
+understood yet: profile with ``--fake-gpu``.
 """
 
 from __future__ import annotations
