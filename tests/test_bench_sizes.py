@@ -4,8 +4,11 @@ names them, and harness.tools.bench_throughput's per-kernel table."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
+
+from conftest import needs_ptxas
 
 from harness.gpu import input_sets
 from harness.kernels.resize import ResizeError, resized
@@ -69,3 +72,18 @@ def test_per_kernel_table_on_the_static_backend_says_it_estimates(capsys, tmp_pa
     assert "0.50 MiB" in rows[1]  # 64K floats in, 64K out
     assert main(["--seconds", "0.1", "--backend", "static", "--kernels", "relu@3Q"]) == 2
     assert format_table({}).count("\n") == 1  # a header only
+
+
+@needs_ptxas
+def test_evo_run_evolves_a_kernel_at_another_size_and_resumes_it(tmp_path, capsys):
+    from evo.cli import main
+
+    run = tmp_path / "run"
+    args = ["run", "--kernel", "relu@64K", "--backend", "static", "--pop", "3", "--out", str(run),
+            "--store", str(tmp_path / "s.sqlite"), "-q"]
+    assert main([*args, "--generations", "1"]) == 0, capsys.readouterr()
+    assert (run / "best" / "relu@64K.ptx").is_file()
+    assert main(["run", "--resume", str(run), "--generations", "2", "-q"]) == 0, capsys.readouterr()
+    checkpoint = json.loads((run / "checkpoint.json").read_text())
+    assert list(checkpoint["kernels"]) == ["relu@64K"]
+    assert checkpoint["kernels"]["relu@64K"]["state"]["generation"] == 2
