@@ -269,9 +269,10 @@ def _select(state: dict, search, opts, pending: set[str]):
     """(path of (node, gene), the expansion's genome), the visits counted at once; None
     where no walk from the root finds an action to expand. A walk that ends at a node
     whose every action loops back into the path or is being expanded already closes the
-    edge into that node for this selection and starts again from the root (without, the
-    whole search ended there: MCGS stopped after 17-33 of 45 trials on embedding_gather,
-    attention and triton_softmax, BENCHMARKS.md session 21)."""
+    edge into that node for this selection and starts again from the root. (Before, such
+    a walk was a simulation lost, and a generation whose walks all ended so ended the
+    whole search: with failures' rollouts left unspent too, MCGS measured 17-37 of its
+    45 trials a kernel, BENCHMARKS.md session 21.)"""
     blocked: set[tuple[str, str]] = set()
     while True:
         path, genome = _walk(state, search, opts, pending, blocked)
