@@ -3,17 +3,17 @@
     compute-sanitizer --tool memcheck python3 -m harness.gpu.finalist_driver CUBIN SPEC.toml \\
         [--launch '{"grid": [...], "block": [...]}'] [--seed N] [--out outputs.npz]
 
-It loads the cubin with CuPy, fills the inputs with ``harness.gpu.input_sets.make_inputs(spec, seed)``
-(outputs with the gate's poison; drawn on the GPU where the worker judges the kernel there,
-``runner.DEVICE_CHECK_BYTES`` and up: a resnet50 layer's 392 MiB took 2.6 s on the host,
-in each of the check's processes, and 0.01 s on an H200), gives every buffer its own ``cudaMalloc`` of exactly its
-size (no canaries, no shared arena: memcheck only sees an access as out of bounds when it
-leaves every allocation), launches once with the spec's grid and block or ``--launch``'s,
-and synchronizes. On success it prints ``DRIVER_OK`` and, with ``--out``, saves every output
-buffer (by param name) to an ``.npz`` for the determinism check, with their sha256 beside it
-(``OUT.sha256``). Exit codes: 0 ok, 2 a CUDA
-error in the launch (printed as ``evo-finalist-driver: launch error: ...``), 3 bad arguments
-or a setup failure.
+It loads the cubin with CuPy, fills the inputs with
+``harness.gpu.input_sets.make_inputs(spec, seed)`` (outputs with the gate's poison; drawn on
+the GPU where the worker judges the kernel there, ``runner.DEVICE_CHECK_BYTES`` and up: a
+resnet50 layer's 392 MiB took 2.6 s on the host in each of the check's processes, 0.01 s
+on an H200), gives every buffer its own ``cudaMalloc`` of exactly its size (no canaries, no
+shared arena: memcheck only sees an access as out of bounds when it leaves every
+allocation), launches once with the spec's grid and block or ``--launch``'s, and
+synchronizes. On success it prints ``DRIVER_OK`` and, with ``--out``, saves every output
+buffer (by param name) to an ``.npz`` for the determinism check, with their sha256 beside
+it (``OUT.sha256``). Exit codes: 0 ok, 2 a CUDA error in the launch (printed as
+``evo-finalist-driver: launch error: ...``), 3 bad arguments or a setup failure.
 """
 
 from __future__ import annotations
