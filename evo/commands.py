@@ -37,9 +37,16 @@ def cmd_kernels(args) -> int:
 
     if args.json:
         return json_output.emit(json_output.kernels_doc())
+    from harness.kernels.resize import can_resize
+
+    kernels = list_kernels()
     rows = [(k.name, "x".join(map(str, k.grid)), "x".join(map(str, k.block)), k.timing,
-             k.description) for k in list_kernels()]
+             k.description) for k in kernels]
     print_table(("kernel", "grid", "block", "timer", "description"), rows)
+    resizable = [k.name for k in kernels if can_resize(k)]
+    if resizable:  # a hint on stderr: stdout stays the table alone, for scripts
+        print(f"At another size, counted in elements (e.g. --kernel {resizable[0]}@16M): "
+              f"{', '.join(resizable)}", file=sys.stderr)
     return exit_codes.OK
 
 

@@ -33,8 +33,11 @@ def test_transforms_lists_every_transform(capsys):
 
 def test_kernels_lists_the_suite(capsys):
     assert main(["kernels"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "gemm_tile_4x6x8" in out and "softmax" in out
+    sizes = err.splitlines()[-1]  # which kernels can be named at another size
+    assert sizes.startswith("At another size") and "relu, " in sizes and "layernorm" in sizes
+    assert "transpose" not in sizes and "gemm_tile" not in sizes
 
 
 def test_apply_inline_genome_to_suite_kernel(tmp_path, capsys):

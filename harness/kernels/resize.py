@@ -51,7 +51,7 @@ def size_label(count: int) -> str:
 def resized(spec, count: int):
     """``spec`` with ``count`` elements (the module docstring's two shapes), named
     ``NAME@SIZE``; ResizeError for any other shape."""
-    if _elementwise(spec):
+    if _elementwise(spec):  # first: an elementwise kernel's one length may be rows x cols
         params = tuple(dataclasses.replace(p, count=count) if p.kind == "buffer" else
                        dataclasses.replace(p, value=count) if p.name == "n" else p
                        for p in spec.params)
@@ -75,6 +75,11 @@ def resized(spec, count: int):
                           f"block per row) can")
     return dataclasses.replace(spec, name=f"{spec.name}@{size_label(count)}", params=params,
                                grid=grid, meta=meta, spec_path=None)
+
+
+def can_resize(spec) -> bool:
+    """Whether ``resized`` takes ``spec`` (one of the module docstring's two shapes)."""
+    return _elementwise(spec) or _rows(spec)
 
 
 def _elementwise(spec) -> bool:
