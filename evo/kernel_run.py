@@ -10,7 +10,8 @@ A search (``evo.search.search_kernel``) asks two things of the world: measure th
    (``Evaluator.finish``) in the GPUs' shared turn (``evo.driver.GpuTurns``), so that a
    finalist check or a peer's timing never runs beside a measurement; the seconds of
    each go into ``seconds`` ("search: ptxas", "search: GPU": report.md's table);
-3. record what each gene did (``evo.learn.observe.link_results``, under the kernel's name);
+3. record what each gene did (``evo.learn.observe.link_results``, under the kernel's store
+   name, as its measurements are);
 4. show the batch to each observer (``Observer``): a progress bar, bench's curve.
 """
 
@@ -64,7 +65,7 @@ class KernelRun:
             batch = self.evaluator.prepare(self.spec, genomes)
         with self._timed(GPU), self.turns.shared():
             results = self.evaluator.finish(batch)
-        link_results(self.evaluator, self.spec.name, genomes, results)
+        link_results(self.evaluator, self.spec.store_name, genomes, results)
         for observer in self.observers:
             observer.evaluated(genomes, results, baseline)
         return results

@@ -295,19 +295,22 @@ class Store:
 
     def forget(self, kernel: str | None = None, reason: str | None = None,
                genome: str | None = None, device: str | None = None) -> dict:
-        """Delete the results matching every filter given (at least one of ``kernel``,
-        ``reason`` (a prefix of the stored reason, e.g. "ptxas error") and ``genome`` (its
-        inline text; "" is the baseline): its code's measurement, which other genomes of the
-        same code shared), on ``device`` or all; with them the PTX and genome links that led
-        to a deleted result. Returns the counts deleted. Why: a result the store holds
+        """Delete the results matching every filter given (at least one of ``kernel`` (a
+        name: its store names with a ``#digest`` too, ``KernelSpec.store_name``), ``reason``
+        (a prefix of the stored reason, e.g. "ptxas error") and ``genome`` (its inline text;
+        "" is the baseline): its code's measurement, which other genomes of the same code
+        shared), on ``device`` or all; with them the PTX and genome links that led to a
+        deleted result. Returns the counts deleted. Why: a result the store holds
         answers every later run, so one recorded while a tool was broken must be removable."""
         if kernel is None and reason is None and genome is None:
             raise StoreError("forget needs a kernel, a reason or a genome to match")
         where, args = [], []
-        for column, value in (("m.device", device), ("m.kernel", kernel)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
+        if device is not None:
+            where.append("m.device = ?")
+            args.append(device)
+        if kernel is not None:  # with or without the digest of KernelSpec.store_name
+            where.append("(m.kernel = ? OR substr(m.kernel, 1, ?) = ?)")
+            args += [kernel, len(kernel) + 1, kernel + "#"]
         if reason is not None:
             where.append("substr(m.reason, 1, ?) = ?")
             args += [len(reason), reason]

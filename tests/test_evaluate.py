@@ -346,3 +346,32 @@ def test_code_keys_assemble_what_the_measurement_will(tmp_path):
     assert backend.texts[-1] == looked_up  # the same texts: ptxas cache hits
     assert [m.sass_hash for m in measured] == keys
     assert backend.prepared[-1] == 0  # the twins came with the variants
+
+
+def test_a_spec_of_the_same_name_and_ptx_at_another_size_is_measured_not_answered(tmp_path):
+    """A kernel compiled for dynamic shapes keeps one PTX at every size (a captured
+    model at another batch, an evo.kernel of another count): the store must not answer
+    for one size with what was checked and timed at another. A suite name and a suite
+    kernel at another size (relu@64K) keep their plain names."""
+    import dataclasses
+
+    relu = find_kernel("relu")
+    small = dataclasses.replace(find_kernel("relu@64K"), name="relu_dyn", spec_path=None)
+    big = dataclasses.replace(find_kernel("relu@1M"), name="relu_dyn", spec_path=None)
+    assert small.ptx_text() == big.ptx_text() and small.store_name != big.store_name
+    assert relu.store_name == "relu" and find_kernel("relu@64K").store_name == "relu@64K"
+    assert dataclasses.replace(relu, spec_path=None).store_name == "relu"  # the same spec
+    backend = CountingBackend()
+    with Store(tmp_path / "s.sqlite") as store:
+        ev = Evaluator(backend, store)
+        ev.evaluate(small, _genomes("cache_ld(policy=cg)"))
+        calls = len(backend.calls)
+        ev.evaluate(big, _genomes("cache_ld(policy=cg)"))
+        assert len(backend.calls) > calls  # measured at its own size
+    third = dataclasses.replace(find_kernel("relu@128K"), name="relu_dyn", spec_path=None)
+    with Store(tmp_path / "s.sqlite") as store:  # a later process: each size its own
+        ev = Evaluator(CountingBackend(), store)
+        assert all(m.cached for m in ev.evaluate(big, _genomes("cache_ld(policy=cg)", "")))
+        assert ev.backend.calls == []
+        [m] = ev.evaluate(third, _genomes("cache_ld(policy=cg)"))
+        assert not m.cached and len(ev.backend.calls) == 2  # its baseline, then the variant

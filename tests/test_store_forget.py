@@ -87,3 +87,16 @@ def test_forget_by_reason_kernel_and_genome(tmp_path, capsys):
     assert "kernel, a reason or a genome" in capsys.readouterr().err
     assert main(["store", "stats", str(path), "--kernel", "relu"]) == 2
     assert main(["store", "forget", str(tmp_path / "absent.sqlite"), "--kernel", "relu"]) == 2
+
+
+def test_forget_by_kernel_name_takes_its_store_names_with_a_digest(tmp_path):
+    """A captured or user's kernel is stored as ``name#digest`` (KernelSpec.store_name):
+    the user names it without the digest; a longer name sharing the prefix is kept."""
+    from harness.record import Measurement
+
+    with Store(tmp_path / "s.sqlite") as store:
+        for kernel in ("k", "k#0123456789ab", "k_2", "k_2#0123456789ab"):
+            store.put("GPU", kernel, "ptx-" + kernel, "code-" + kernel,
+                      Measurement(kernel, "GPU", True, cycles=1.0, timer="clock64", n=1))
+        assert store.forget(kernel="k")["measurements"] == 2
+        assert sorted(row[1] for row in store.summary()) == ["k_2", "k_2#0123456789ab"]

@@ -22,6 +22,9 @@ Every mistake is a `SpecError` naming the file and the key; typos get a suggesti
 from __future__ import annotations
 
 import difflib
+import functools
+import hashlib
+import json
 import math
 import re
 import tomllib
@@ -54,6 +57,17 @@ _SCALAR_KEYS = ("name", "kind", "dtype", "value")
 _PLAIN_NAME = re.compile(r"[^/\\\x00-\x1f.][^/\\\x00-\x1f]*")  # no folder, no hidden file
 _PTX_IDENT = re.compile(r"[A-Za-z][\w$]*|[_$%][\w$]+")
 _FILL_KEYS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "int": ("low", "high"), "const": ("value",)}
+
+
+@functools.lru_cache(maxsize=None)
+def _suite_digest(name: str) -> str | None:
+    """``measured_digest`` of the suite's kernel of this name (or ``NAME@SIZE``), or None."""
+    from harness.kernels.suite import find_kernel
+
+    try:
+        return find_kernel(name).measured_digest()
+    except EvoError:
+        return None
 
 
 class SpecError(EvoError):
@@ -204,11 +218,27 @@ class KernelSpec:
             return ""
         return "@" + launch.key()
 
-    @property
+    @functools.cached_property
     def store_name(self) -> str:
         """The kernel name its measurements are stored under: a cold-timed spec's figures
-        are not a warm one's, so they never answer for each other."""
-        return self.name if self.caches == "warm" else f"{self.name}@{self.caches}"
+        are not a warm one's, so they never answer for each other. A name that does not
+        fix the spec (anything but a suite kernel, at its size or ``NAME@SIZE``: a captured
+        kernel compiled for dynamic shapes keeps one PTX at every batch, an ``evo.kernel``
+        or a user's spec file may be measured at several counts) gets ``#`` and
+        ``measured_digest()``: the store answers a spec only with what was checked and
+        timed for that spec."""
+        base = self.name if self.caches == "warm" else f"{self.name}@{self.caches}"
+        own = self.measured_digest()
+        return base if _suite_digest(self.name) == own else f"{base}#{own}"
+
+    def measured_digest(self) -> str:
+        """12 hex digits over what decides a measurement but the timer's caches (in the
+        store name already): the PTX, entry, launch, params and tolerance."""
+        facts = [hashlib.sha256(self.ptx_text().encode()).hexdigest(), self.entry,
+                 list(self.grid), list(self.block), self.shared_mem, self.timing,
+                 [self.tolerance.rtol, self.tolerance.atol],
+                 [sorted(vars(p).items()) for p in self.params]]
+        return hashlib.sha256(json.dumps(facts, default=str).encode()).hexdigest()[:12]
 
     @property
     def bytes_read(self) -> int:
