@@ -10,9 +10,10 @@ answers every candidate at once (valid, cycles from the cubin's hash), so that w
 is the host side alone, on a machine without a GPU; its figures are not measurements of any
 kernel. ``--profile FILE`` writes cProfile's statistics of the main thread and every thread
 the command starts (wall-clock time: threads waiting for the lock count too; use
-``--jobs 1`` to read CPU). With real GPU workers it has stalled once (resnet50's model job
-on two H200s: 10.8 s of CPU in 200 s, ended by a timeout; BENCHMARKS.md session 21), not
-understood yet: profile with ``--fake-gpu``.
+``--jobs 1`` to read CPU). On Python 3.12 and later a process has one profiler, the main
+thread's, and it sees every thread: there each thread's own profiler is refused, and the
+thread runs without it (before, every search thread died there and the run hung until
+its timeout: resnet50's model job on two H200s, BENCHMARKS.md session 21).
 """
 
 from __future__ import annotations
@@ -72,8 +73,11 @@ def _profile_threads(profiles: list) -> None:
 
     def profiled(self):
         profile = cProfile.Profile()
+        try:
+            profile.enable()
+        except ValueError:  # Python 3.12+: one profiler a process, and the main one sees
+            return run(self)  # every thread (sys.monitoring); this thread runs unprofiled
         profiles.append(profile)
-        profile.enable()
         try:
             run(self)
         finally:

@@ -34,3 +34,25 @@ def test_it_asks_for_a_command():
     done = subprocess.run([sys.executable, "-m", "evo.host_bench"], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2 and "give evo's arguments after --" in done.stderr
+
+
+def test_a_thread_whose_profiler_is_refused_still_runs(monkeypatch):
+    """Python 3.12+ allows one profiler a process (the main thread's sees every thread):
+    a thread's own is refused with ValueError, and the thread must run anyway (it died,
+    and a GPU run hung until its timeout)."""
+    import threading
+
+    from evo import host_bench
+
+    class Refused:
+        def enable(self):
+            raise ValueError("Another profiling tool is already active")
+
+    monkeypatch.setattr(host_bench.cProfile, "Profile", Refused)
+    monkeypatch.setattr(threading.Thread, "run", threading.Thread.run)  # restored after
+    profiles, ran = [], []
+    host_bench._profile_threads(profiles)
+    thread = threading.Thread(target=lambda: ran.append(True))
+    thread.start()
+    thread.join(10)
+    assert ran == [True] and profiles == []
