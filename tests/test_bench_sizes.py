@@ -45,6 +45,7 @@ def test_a_row_kernel_grows_by_rows_and_keeps_its_row_long_buffers():
 
 @pytest.mark.parametrize("name, error", [("relu@3Q", "size after @"), ("relu@0", "size after @"),
                                          ("transpose@4M", "cannot be resized"),
+                                         ("relu@4G", "does not fit the kernel's u32"),
                                          ("cross_entropy@4M", "cannot be resized")])
 def test_bad_sizes_and_kernels_that_cannot_be_resized_are_refused(name, error):
     with pytest.raises(ResizeError, match=error):

@@ -23,6 +23,8 @@ import math
 import re
 from types import MappingProxyType
 
+import numpy as np
+
 from genomes.errors import EvoError
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -73,6 +75,12 @@ def resized(spec, count: int):
         raise ResizeError(f"{spec.name} cannot be resized: only elementwise kernels (buffers of "
                           f"one length, a scalar n) and row kernels (meta rows and cols, one "
                           f"block per row) can")
+    for p in params:  # the count a scalar carries must fit its type (n is a u32: < 4G)
+        if p.kind != "buffer" and p.name in ("n", "rows"):
+            info = np.iinfo(spec.numpy_dtype(p.dtype))
+            if not info.min <= p.value <= info.max:
+                raise ResizeError(f"{spec.name}@{size_label(count)}: its {p.name} ({p.value}) "
+                                  f"does not fit the kernel's {p.dtype} parameter")
     return dataclasses.replace(spec, name=f"{spec.name}@{size_label(count)}", params=params,
                                grid=grid, meta=meta, spec_path=None)
 
