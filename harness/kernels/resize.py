@@ -76,8 +76,9 @@ def resized(spec, count: int):
                           f"one length, a scalar n) and row kernels (meta rows and cols, one "
                           f"block per row) can")
     for p in params:  # the count a scalar carries must fit its type (n is a u32: < 4G)
-        if p.kind != "buffer" and p.name in ("n", "rows"):
-            info = np.iinfo(spec.numpy_dtype(p.dtype))
+        dtype = np.dtype(spec.numpy_dtype(p.dtype)) if p.kind != "buffer" else None
+        if dtype is not None and dtype.kind in "iu" and p.name in ("n", "rows"):
+            info = np.iinfo(dtype)
             if not info.min <= p.value <= info.max:
                 raise ResizeError(f"{spec.name}@{size_label(count)}: its {p.name} ({p.value}) "
                                   f"does not fit the kernel's {p.dtype} parameter")
