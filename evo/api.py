@@ -22,7 +22,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -34,7 +33,7 @@ from harness.record import Measurement
 from harness.kernels.spec import (BufferParam, KernelSpec, ScalarParam, SpecError, Tolerance, load_spec,
                                   read_param, read_ptx, spec_from_table)
 from harness.kernels.spec_ptx import check_ptx, choose_entry, ptx_entries
-from harness.kernels.spec_write import param_table, spec_toml
+from harness.kernels.spec_write import file_stem, param_table, spec_toml
 
 __all__ = ["RunResult", "buffer", "capture", "from_call", "from_triton", "from_triton_call", "kernel", "measure", "run",
            "scalar"]
@@ -86,7 +85,7 @@ def kernel(ptx: str | Path, *, grid, block, params, entry: str | None = None, sh
                 "meta": dict(meta) if meta is not None else None}
     table.update({k: v for k, v in optional.items() if v is not None})
     out = _folder(folder)
-    stem = _stem(name)
+    stem = file_stem(name)
     ptx_file = out / f"{stem}-{_digest(text)}.ptx"
     if not (ptx_file.is_file() and ptx_file.read_text() == text):
         _write(ptx_file, text)
@@ -326,11 +325,6 @@ def _folder(folder) -> Path:
     return Path(folder).expanduser().resolve()
 
 
-def _stem(name: str) -> str:
-    """A kernel name made safe as the start of a file name."""
-    return re.sub(r"[^\w.-]", "_", str(name))[:64]
-
-
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -398,7 +392,7 @@ def _spec_file(spec: KernelSpec) -> Path:
         except SpecError:
             pass
     text = spec_toml(spec)
-    path = _folder(None) / f"{_stem(spec.name)}-{_digest(text)}.toml"
+    path = _folder(None) / f"{file_stem(spec.name)}-{_digest(text)}.toml"
     _write(path, text)
     return path
 

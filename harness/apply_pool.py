@@ -15,9 +15,6 @@ from genomes.launch import Launch
 from harness.hidden_state import hidden_state
 from harness.kernels.spec import baseline_ptx
 
-_BASELINES: dict[tuple[str, str], ptx_model.Module] = {}  # per pool process: baselines
-
-
 def apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: str | None,
                      launch_json: dict | None = None) -> tuple[Applied, str | None]:
     """Apply a genome to the spec's baseline; with
@@ -42,11 +39,9 @@ def hidden_state_of(variant_ptx: str, ptx_path: str, entry: str) -> str | None:
 
 
 def _baseline(ptx_path: str, entry: str) -> ptx_model.Module:
-    """The spec's baseline, parsed once per pool process."""
-    key = (ptx_path, entry)
-    if key not in _BASELINES:
-        _BASELINES[key] = ptx_model.parse(_baseline_text(ptx_path, entry), ptx_path)
-    return _BASELINES[key]
+    """The spec's baseline, parsed once per pool process (``parse_shared``: read only,
+    apply_genome copies it)."""
+    return ptx_model.parse_shared(_baseline_text(ptx_path, entry), ptx_path)
 
 
 @functools.lru_cache(maxsize=64)

@@ -129,7 +129,6 @@ class Evaluator:
         self._lock = threading.Lock()
         self._setup_lock = threading.Lock()  # one baseline measurement per kernel
         self._pool_lock = threading.Lock()  # one apply pool (asked for within a baseline's)
-        self._modules: dict[str, ptx_model.Module] = {}  # parsed baseline PTX per kernel
         self._texts: dict[str, str] = {}  # baseline PTX text per kernel
         self._baselines: dict[str, tuple[str, str, Measurement]] = {}  # kernel -> ptx/code hash, m
         self._code_keys: dict[tuple[str, str], str | None] = {}  # (kernel, PTX key) -> code_keys
@@ -382,10 +381,9 @@ class Evaluator:
         return self._texts[spec.store_name]
 
     def _module(self, spec) -> ptx_model.Module:
-        """The parsed baseline PTX (parsed once per kernel: apply_genome copies it)."""
-        if spec.name not in self._modules:
-            self._modules[spec.name] = ptx_model.parse_shared(spec.ptx_text(), str(spec.ptx_path))
-        return self._modules[spec.name]
+        """The parsed baseline PTX, parsed once per text (``parse_shared``: read only,
+        apply_genome copies it), as ``_baseline_text`` keeps it by the spec's store name."""
+        return ptx_model.parse_shared(self._baseline_text(spec), str(spec.ptx_path))
 
 
 def compiled_key(spec, compiled, launch=None, exclude: tuple[str, ...] = ()) -> str:

@@ -129,7 +129,7 @@ def prepare_peer(spec) -> PeerInputs | dict | None:
     try:
         return peer_inputs(spec)
     except Exception as err:
-        return {"peer": spec.peer, "reason": f"{type(err).__name__}: {err}"[:300]}
+        return _failed(spec, err)
 
 
 def peer_or_reason(spec, gpu: int, prepared: PeerInputs | dict | None = None) -> dict | None:
@@ -145,7 +145,12 @@ def peer_or_reason(spec, gpu: int, prepared: PeerInputs | dict | None = None) ->
         with torch.cuda.device(gpu):
             return time_peer(spec, torch, prepared=prepared)
     except Exception as err:  # a peer that fails says why; the run goes on
-        return {"peer": spec.peer, "reason": f"{type(err).__name__}: {err}"[:300]}
+        return _failed(spec, err)
+
+
+def _failed(spec, err: Exception) -> dict:
+    """What a run's report quotes for a peer that could not be timed."""
+    return {"peer": spec.peer, "reason": f"{type(err).__name__}: {err}"[:300]}
 
 
 def _f():

@@ -59,13 +59,17 @@ def spec_toml(spec: KernelSpec, folder: Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def file_stem(name: str) -> str:
+    """A kernel name made safe as the start of a file name."""
+    return re.sub(r"[^\w.-]", "_", str(name))[:64]
+
+
 def spec_file(spec: KernelSpec, folder: Path) -> Path:
     """A file that holds ``spec``: its own, else the spec written into ``folder`` (a spec
     built in code or resized, for a process that reads specs from files)."""
     if spec.spec_path is not None:
         return spec.spec_path
-    stem = re.sub(r"[^\w.-]", "_", spec.name)[:64]
-    path = Path(folder) / f"{stem}.toml"
+    path = Path(folder) / f"{file_stem(spec.name)}.toml"
     path.write_text(spec_toml(spec))
     return path
 

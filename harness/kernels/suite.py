@@ -82,7 +82,8 @@ def _checked(spec: KernelSpec) -> KernelSpec:
 
 def find_kernel(name_or_path: str | Path) -> KernelSpec:
     """The spec for a suite name (or ``NAME@SIZE``), a `.toml` path, or a `.ptx` path with
-    its `.toml` beside it, checked against its PTX (entry name, params), the way every command loads a spec for use.
+    its `.toml` beside it, checked against its PTX (entry name, params), the way every
+    command loads a spec for use.
 
     Raises UnknownKernelError (with up to three close suite names) for an unknown name,
     SpecError for a missing or invalid file or a spec that does not match its PTX, and
