@@ -227,8 +227,12 @@ def finalist_lines(checkpoint: dict) -> list[str]:
     return lines
 
 
-SEARCH_PARTS = (kernel_run.PTXAS, kernel_run.GPU)  # within "search": not added to the total
-TIME_STEPS = ("search", *SEARCH_PARTS, "exact", "finalist check", "reduce", "measured again", "other sizes", "peer")
+SEARCH_PARTS = (kernel_run.PTXAS, kernel_run.GPU)  # within "search"
+FINALIST_GPU = "finalist check: GPU"  # the seconds its processes held a GPU, within the step
+PEER_GPU = "peer: GPU"
+PARTS = (*SEARCH_PARTS, FINALIST_GPU, PEER_GPU)  # within another step: not added to the total
+TIME_STEPS = ("search", *SEARCH_PARTS, "exact", "finalist check", FINALIST_GPU, "reduce",
+              "measured again", "other sizes", "peer", PEER_GPU)
 
 
 def exact_lines(checkpoint: dict) -> list[str]:
@@ -291,12 +295,15 @@ def time_lines(checkpoint: dict, host: dict | None = None) -> list[str]:
              "| kernel | " + " | ".join(steps) + " | total |", "|" + " --- |" * (len(steps) + 2)]
     for kernel, sec in rows:
         cells = [f"{sec[s]:.1f}" if s in sec else "-" for s in steps]
-        total = sum(v for step, v in sec.items() if step not in SEARCH_PARTS)
+        total = sum(v for step, v in sec.items() if step not in PARTS)
         lines.append(f"| {kernel} | " + " | ".join(cells) + f" | {total:.1f} |")
     if any(s in steps for s in SEARCH_PARTS):
         lines += ["", "*search: ptxas*: genomes applied and assembled (with the novelty "
                   "look-ups); *search: GPU*: the worker's checks and timing, the wait for it "
                   "included; both within *search*."]
+    if FINALIST_GPU in steps or PEER_GPU in steps:
+        lines += ["", "*finalist check: GPU*, *peer: GPU*: the seconds the step held a GPU "
+                  "(no measurement ran on it meanwhile), within the step."]
     return lines + [""] * bool(host) + host_lines(host)
 
 

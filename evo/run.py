@@ -192,10 +192,12 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             progress.note(f"{spec.name}: at its other captured sizes: {_sizes_said(saved.sizes)}")
             ledger.save()
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
-            start = time.perf_counter()
-            with turns.checks() as gpu:  # beside other kernels' checks, never beside a timing
-                _check_finalist(spec, result, saved, ledger.events, gpu)
+            start = time.perf_counter()  # the GPU taken only once its processes are ready,
+            # beside other kernels' checks, never beside a timing
+            held = _check_finalist(spec, result, saved, ledger.events, turn=turns.checks)
             spent.add("finalist check", start)
+            if held:  # its processes ran on a GPU (not: resumed, or no sanitizer here)
+                spent.add_parts({report.FINALIST_GPU: held})
             if others:  # a runner-up the finalist check kept: checked at the sizes too
                 with turns.shared():
                     _check_other_sizes(spec, result, saved, evaluator, others, ledger.events, tries=1)
@@ -216,10 +218,13 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         if backend.remeasures and spec.peer and saved.peer is None:
             progress.note(f"{spec.name}: timing its peer {spec.peer}")
             start = time.perf_counter()
-            prepared = prepare_peer(spec)  # torch's import and the host's work, GPU not held
+            # torch's import, its CUDA contexts and the host's work, the GPU not held
+            prepared = prepare_peer(spec, tuple(config.run.gpus))
             with turns.alone() as gpu:
+                held = time.perf_counter()
                 saved.peer = peer_or_reason(spec, config.run.gpus[0] if gpu is None else gpu,
                                             prepared)
+                spent.add(report.PEER_GPU, held)
             spent.add("peer", start)
         ledger.save()  # the steps' seconds, the peer
         bar.end(result)
@@ -400,16 +405,18 @@ FINALIST_TRIES = 3  # the best and at most two runners-up go under compute-sanit
 
 
 def _check_finalist(spec: KernelSpec, result, saved: KernelEntry, on_events,
-                    gpu: int | None = None) -> None:
+                    gpu: int | None = None, turn=None) -> float:
     """The best genome checked harder (``harness.gpu.finalist``: compute-sanitizer memcheck
     and racecheck, a static .nc check, two runs bitwise identical) before it is written
     to best/. A failure demotes it: the next best valid genome is checked, and so on (at
     most ``FINALIST_TRIES``; the baseline needs no check). A check that cannot run here
     keeps the best and says so. On GPU ``gpu`` (None: the default one). The outcome is
     kept in the kernel's checkpoint entry (``finalist``): report.md quotes it, ``evo show``
-    and a resume use the kept genome."""
+    and a resume use the kept genome. ``turn``: where given, the GPU is taken through it
+    (``harness.gpu.finalist.check_finalist``). Returns the seconds a GPU was held."""
     from harness.gpu.finalist import check_finalist
 
+    held = 0.0
     done = saved.finalist
     if done is None:
         ranked = sorted(((s["cycles"], key) for key, s in saved.known.items()
@@ -425,7 +432,8 @@ def _check_finalist(spec: KernelSpec, result, saved: KernelEntry, on_events,
                 break
             applied = apply_genome(spec.ptx_text(), genome, spec.launch)
             check = check_finalist(spec, applied.ptx, applied.launch
-                                   if applied.launch != spec.launch else None, gpu=gpu)
+                                   if applied.launch != spec.launch else None, gpu=gpu, turn=turn)
+            held += check.details.get("gpu_held_s", 0.0)
             if check.ok or not check.ran:
                 done.update(kept=key, reason=check.reason)
                 break
@@ -436,6 +444,7 @@ def _check_finalist(spec: KernelSpec, result, saved: KernelEntry, on_events,
     if Genome.from_json(kept) != Genome.from_json(result.best_genome).effective():
         result.best_genome = kept
         result.best = saved.known.get(done["kept"], result.best)
+    return held
 
 
 def _write_best(run: RunDir, spec: KernelSpec, result) -> None:

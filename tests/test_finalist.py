@@ -7,6 +7,7 @@ tests/test_cheats_gpu.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -288,6 +289,13 @@ def _malloc(n):
     return len(_mem)
 cuda.runtime.malloc, cuda.runtime.free = _malloc, lambda ptr: None
 cuda.runtime.deviceSynchronize = lambda: None
+cuda.runtime.getDeviceCount = lambda: 2
+class Device:
+    def __init__(self, ordinal):
+        self.ordinal = ordinal
+    def use(self):
+        print("fake cupy: device", self.ordinal, "in use", flush=True)
+cuda.Device = Device
 class UnownedMemory:
     def __init__(self, ptr, size, owner):
         self.ptr = ptr
@@ -370,11 +378,62 @@ def test_a_launch_error_under_the_sanitizer_fails_the_check(fake_gpu, monkeypatc
                              "access was encountered"), result.reason
 
 
-def test_a_check_on_a_lent_gpu_sees_only_that_gpu(monkeypatch):
-    """on_gpu: the finalist's processes see the lent GPU alone, counted in this process's
-    own numbering where it was itself given a list of GPUs."""
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert finalist.on_gpu(None) == {} and finalist.on_gpu(1) == {"CUDA_VISIBLE_DEVICES": "1"}
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4, 6,7")
-    assert finalist.on_gpu(1) == {"CUDA_VISIBLE_DEVICES": "6"}
-    assert finalist.on_gpu(0) == {"CUDA_VISIBLE_DEVICES": "4"}
+@needs_ptxas
+def test_the_gpu_is_held_only_once_every_process_is_ready(fake_gpu, monkeypatch):
+    """The check's processes start without the GPU; the turn is taken once all of them
+    said they were ready, and each uses the device the turn gave."""
+    from harness.gpu import ready_runs
+
+    seen = {}
+    real = ready_runs._Started
+
+    class Watched(real):
+        def go(self, gpu):
+            seen.setdefault("ready_at_go", []).append(self.ready.is_set() and self.proc.poll() is None)
+            super().go(gpu)
+
+    @contextlib.contextmanager
+    def turn():
+        seen["turns"] = seen.get("turns", 0) + 1
+        yield 1
+
+    monkeypatch.setattr(ready_runs, "_Started", Watched)
+    spec = find_kernel("relu")
+    result = check_finalist(spec, spec.ptx_text(), sanitizer=fake_gpu, turn=turn)
+    assert result.ok, (result.reason, result.details)
+    assert seen == {"turns": 1, "ready_at_go": [True, True, True]}  # memcheck and two runs
+    assert result.details["gpu_held_s"] >= 0
+
+
+def test_a_process_that_ends_before_its_turn_is_reported_not_waited_for(tmp_path):
+    """A process that fails at its start (no CuPy, a bad file) never says it is ready:
+    the turn is taken anyway and its output says why; a ready one runs on the turn's GPU."""
+    from harness.gpu import ready_runs
+
+    ready = [sys.executable, "-c", "from harness.gpu.ready_runs import wait_for_turn; "
+             "print('on', wait_for_turn())"]
+    failing = [sys.executable, "-c", "import sys; print('setup error: no CuPy'); sys.exit(3)"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    runs, held = ready_runs.run_when_ready({"a": ready, "b": failing}, 60, tmp_path, env,
+                                           lambda: contextlib.nullcontext(3))
+    assert runs["a"][:2] == (0, "on 3\n") and runs["b"][:2] == (3, "setup error: no CuPy\n")
+    assert held >= 0
+
+
+def test_a_driver_whose_caller_gives_no_turn_ends_with_a_setup_error(tmp_path):
+    """The caller was interrupted before the turn: stdin closes, the driver says so."""
+    spec = find_kernel("relu")
+    cubin = tmp_path / "x.cubin"
+    cubin.write_bytes(b"")
+    (tmp_path / "fake" / "cupy").mkdir(parents=True)
+    (tmp_path / "fake" / "cupy" / "__init__.py").write_text(_FAKE_CUPY)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "harness.gpu.finalist_driver", str(cubin),
+                           str(spec.spec_path), "--wait-turn"], input="", capture_output=True,
+                          text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path / 'fake'}{os.pathsep}{root}"})
+    assert done.returncode == 3, done.stdout + done.stderr
+    from harness.gpu.ready_runs import READY
+
+    assert done.stdout.splitlines() == [READY, "evo-finalist-driver: setup error: EOFError: the "
+                                        "caller ended without giving a GPU turn"]

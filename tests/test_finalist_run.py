@@ -3,6 +3,8 @@ a check that cannot run keeps the best and says so, report.md tells which."""
 
 from __future__ import annotations
 
+import contextlib
+
 from genomes.genome import Genome, parse_inline
 from harness.gpu import finalist
 from harness.kernels.suite import find_kernel
@@ -26,12 +28,13 @@ def _search_state():
 
 
 def _checker(reasons: list[str], seen: list, gpus: list | None = None):
-    def check(spec, ptx, launch=None, gpu=None):
+    def check(spec, ptx, launch=None, gpu=None, turn=None):
         seen.append(launch)
-        if gpus is not None:
-            gpus.append(gpu)
+        with turn() if turn else contextlib.nullcontext(gpu) as gpu:
+            if gpus is not None:
+                gpus.append(gpu)
         reason = reasons[len(seen) - 1]
-        return finalist.FinalistResult(reason == "ok", reason)
+        return finalist.FinalistResult(reason == "ok", reason, {"gpu_held_s": 0.5})
     return check
 
 
@@ -41,8 +44,9 @@ def test_a_best_that_fails_is_demoted_to_the_next_best(monkeypatch):
         ["memcheck: 3 errors; first: Invalid __global__ read", "ok"], seen, gpus))
     saved, result = _search_state()
     events: list = []
-    run_mod._check_finalist(find_kernel("relu"), result, saved, events.extend, gpu=2)
-    assert gpus == [2, 2]  # on the GPU lent to the check
+    held = run_mod._check_finalist(find_kernel("relu"), result, saved, events.extend,
+                                   turn=lambda: contextlib.nullcontext(2))
+    assert gpus == [2, 2] and held == 1.0  # on the GPU each turn lent to a check
     assert Genome.from_json(result.best_genome) == SECOND and result.best["cycles"] == 120.0
     assert [d["genome"] for d in saved.finalist["demoted"]] == [str(BEST)]
     assert seen[0].grid == (1024, 1, 1)  # each candidate checked with its own launch
@@ -52,7 +56,7 @@ def test_a_best_that_fails_is_demoted_to_the_next_best(monkeypatch):
     assert lines[2].startswith(f"- relu: kept {SECOND}: finalist check ok")
     # a resumed run does not check again, and keeps the same genome
     again = _search_state()[1]
-    run_mod._check_finalist(find_kernel("relu"), again, saved, events.extend)
+    assert run_mod._check_finalist(find_kernel("relu"), again, saved, events.extend) == 0.0
     assert Genome.from_json(again.best_genome) == SECOND and len(seen) == 2
 
 

@@ -29,20 +29,20 @@ silent pass.
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import glob
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from harness.gpu.ready_runs import run_when_ready
 
 OK = "ok"
 NOT_RUN = "not run"
@@ -204,7 +204,7 @@ def _driver_error(text: str) -> str:
 
 def _driver_cmd(cubin: Path, spec_path: Path, launch, seed: int, out: Path | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "harness.gpu.finalist_driver", str(cubin), str(spec_path),
-           "--seed", str(seed)]
+           "--seed", str(seed), "--wait-turn"]
     if launch is not None:
         cmd += ["--launch", json.dumps(launch.to_json())]
     if out is not None:
@@ -212,28 +212,11 @@ def _driver_cmd(cubin: Path, spec_path: Path, launch, seed: int, out: Path | Non
     return cmd
 
 
-def on_gpu(gpu: int | None) -> dict:
-    """The environment for a process that should see only device ``gpu`` of this
-    process's numbering (``CUDA_VISIBLE_DEVICES`` narrowed: its ``gpu``-th entry where
-    this process was given a list), or nothing to change for None."""
-    if gpu is None:
-        return {}
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return {"CUDA_VISIBLE_DEVICES": visible[gpu].strip() if gpu < len(visible) else str(gpu)}
-
-
-def _run(cmd: list[str], timeout_s: float, gpu: int | None = None) -> tuple[int | None, str, float]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p), **on_gpu(gpu))
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(cmd, cwd=_ROOT, env=env, capture_output=True, text=True,
-                              errors="replace", timeout=timeout_s)
-        return done.returncode, done.stdout + done.stderr, time.perf_counter() - start
-    except subprocess.TimeoutExpired as err:
-        out = (err.stdout or b"") + (err.stderr or b"")
-        text = out.decode("utf-8", "replace") if isinstance(out, bytes) else out
-        return None, text + f"\ntimed out after {timeout_s:g} s", time.perf_counter() - start
+def _env() -> dict:
+    """The driver's environment: this checkout importable, the GPUs this process sees (the
+    ordinal of the turn's GPU is given on its stdin, ``harness.gpu.ready_runs``)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p))
 
 
 def uses_shared_memory(spec, ptx: str) -> bool:
@@ -278,9 +261,11 @@ def _compare_runs(spec, first: Path, second: Path, seed: int, ordered: bool = Tr
 
 def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
                    seed: int = 1, timeout_s: float = 600.0, arch: str = "sm_90",
-                   gpu: int | None = None) -> FinalistResult:
+                   gpu: int | None = None, turn=None) -> FinalistResult:
     """Run the module docstring's four checks on ``ptx`` (a variant of ``spec``) with
-    ``launch`` (None: the spec's) on device ``gpu`` (None: the default one); never raises
+    ``launch`` (None: the spec's) on device ``gpu`` (None: the default one), or where
+    ``turn`` is given, on the device its turn gives (a context manager factory, such as
+    ``evo.driver.GpuTurns.checks``: taken only once the processes are ready); never raises
     for what the variant does."""
     from harness.compile import compile_ptx
     from harness.kernels.spec_write import spec_file
@@ -310,11 +295,13 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
                            *_driver_cmd(cubin, spec_path, launch, seed)] for tool in tools}
         outs = [Path(tmp, f"run{i}.npz") for i in (1, 2)]
         commands.update({out.stem: _driver_cmd(cubin, spec_path, launch, seed, out) for out in outs})
-        # The runs are independent processes: all at once, read in the docstring's order
-        # (each waits ~1 s to start Python and CuPy: one after another, 3-6 s a kernel).
-        with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
-            runs = {name: pool.submit(_run, cmd, timeout_s, gpu) for name, cmd in commands.items()}
-            failed = _first_failure(tools, commands, runs, details)
+        # The runs are independent processes: all at once, read in the docstring's order.
+        # Each needs ~1 s to start Python and CuPy (more under the sanitizer) before it
+        # touches the GPU: they start first, and the GPU is held only once all are ready.
+        runs, held = run_when_ready(commands, timeout_s, _ROOT, _env(),
+                                    turn or (lambda: contextlib.nullcontext(gpu)))
+        details["gpu_held_s"] = round(held, 2)
+        failed = _first_failure(tools, commands, runs, details)
         if failed is not None:
             return failed
         ordered = not adds_floats_atomically(spec.ptx_text())
@@ -329,10 +316,10 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
 
 def _first_failure(tools: list[str], commands: dict, runs: dict,
                    details: dict) -> FinalistResult | None:
-    """The first check of ``runs`` (futures of ``_run``) that failed or could not run, in
+    """The first check of ``runs`` (``ready_runs.run_when_ready``'s) that failed or could not run, in
     the order sanitizer tools, then the two determinism runs; None when all passed."""
     for tool in tools:
-        code, text, seconds = runs[tool].result()
+        code, text, seconds = runs[tool]
         verdict, facts = parse_sanitizer(tool, text, code)
         details[tool] = {**facts, "verdict": verdict, "seconds": round(seconds, 2),
                          "command": " ".join(commands[tool][:8]) + " ..."}
@@ -344,7 +331,7 @@ def _first_failure(tools: list[str], commands: dict, runs: dict,
                     else facts["first"])
             return FinalistResult(False, f"{tool}: {what}", details)
     for name in [n for n in commands if n not in tools]:
-        code, text, _ = runs[name].result()
+        code, text, _ = runs[name]
         if code != 0 or DRIVER_OK not in text:
             why = _driver_error(text) or text.strip()[-300:]
             if "setup error" in why:

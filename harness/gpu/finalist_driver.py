@@ -1,7 +1,7 @@
 """Launch one cubin once, for compute-sanitizer: ``harness.gpu.finalist`` runs it as
 
     compute-sanitizer --tool memcheck python3 -m harness.gpu.finalist_driver CUBIN SPEC.toml \\
-        [--launch '{"grid": [...], "block": [...]}'] [--seed N] [--out outputs.npz]
+        [--launch '{"grid": [...], "block": [...]}'] [--seed N] [--out outputs.npz] [--wait-turn]
 
 It loads the cubin with CuPy, fills the inputs with
 ``harness.gpu.input_sets.make_inputs(spec, seed)`` (outputs with the gate's poison; drawn on
@@ -55,10 +55,13 @@ def digest_path(out) -> str:
 
 
 def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
-        out: str | None) -> int:
-    """Load, fill, launch once, synchronize; see the module docstring for the exit codes."""
+        out: str | None, wait_turn: bool = False) -> int:
+    """Load, fill, launch once, synchronize; see the module docstring for the exit codes.
+    ``wait_turn``: the host's work first, then wait for the caller's GPU turn
+    (``harness.gpu.ready_runs``)."""
     from genomes.launch import Launch
     from harness.gpu import gate, input_sets
+    from harness.gpu.ready_runs import wait_for_turn
     from harness.gpu.runner import DEVICE_CHECK_BYTES, allow_shared
     from harness.kernels.spec import load_spec
 
@@ -69,11 +72,18 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
             cubin = f.read()
         import cupy as cp
 
+        xp = cp if sum(p.nbytes for p in spec.buffers()) >= DEVICE_CHECK_BYTES else np
+        inputs = input_sets.make_inputs(spec, seed) if xp is np else None  # host work first
+        if wait_turn:  # the host's work is done: the GPU from here on, in the caller's turn
+            cp.cuda.runtime.getDeviceCount()  # the driver's start (and the sanitizer's) first
+            gpu = wait_for_turn()
+            if gpu is not None:
+                cp.cuda.Device(gpu).use()
         module = cp.cuda.function.Module()
         module.load(cubin)
         fn = allow_shared(cp, module.get_function(launch.entry or spec.entry), spec.shared_mem)
-        xp = cp if sum(p.nbytes for p in spec.buffers()) >= DEVICE_CHECK_BYTES else np
-        inputs = input_sets.make_inputs(spec, seed, xp)
+        if inputs is None:
+            inputs = input_sets.make_inputs(spec, seed, xp)
         owners: list = []
         bufs = {}
         for p in spec.buffers():
@@ -87,7 +97,7 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
         args = tuple(bufs[p.name] if p.kind == "buffer" else spec.numpy_dtype(p.dtype).type(p.value)
                      for p in spec.params)
         cp.cuda.runtime.deviceSynchronize()
-    except Exception as err:  # no GPU, a bad spec or cubin: not the kernel's doing
+    except Exception as err:  # no GPU, a bad spec or cubin, no turn given: not the kernel's doing
         print(f"{_PREFIX} setup error: {type(err).__name__}: {err}", flush=True)
         return 3
     try:
@@ -119,8 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launch", help='JSON: {"grid": [x, y, z], "block": [x, y, z]}')
     parser.add_argument("--seed", type=int, default=1, help="input seed (input_sets.make_inputs)")
     parser.add_argument("--out", help="save the outputs here (.npz)")
+    parser.add_argument("--wait-turn", action="store_true",
+                        help="after the host's work, print a ready line and read the GPU's "
+                             "ordinal from stdin (an empty line: the default GPU) before using it")
     args = parser.parse_args(argv)
-    return run(args.cubin, args.spec, args.launch, args.seed, args.out)
+    return run(args.cubin, args.spec, args.launch, args.seed, args.out, args.wait_turn)
 
 
 if __name__ == "__main__":

@@ -114,10 +114,12 @@ def time_peer(spec, torch, seed: int = 5, prepared: PeerInputs | None = None) ->
             "peer_caches": caches_note(spec, nbytes, copies, l2)}
 
 
-def prepare_peer(spec) -> PeerInputs | dict | None:
+def prepare_peer(spec, gpus: tuple[int, ...] = ()) -> PeerInputs | dict | None:
     """What a peer's timing needs before it needs a GPU to itself: torch imported (seconds,
-    the first time in a process) and ``peer_inputs``; or why torch cannot run it (a dict
-    with ``reason``, what ``peer_or_reason`` returns); None when the spec names no peer."""
+    the first time in a process), its CUDA context made on each of ``gpus`` (one of them
+    will be lent; a context is made without running anything on the GPU) and
+    ``peer_inputs``; or why torch cannot run it (a dict with ``reason``, what
+    ``peer_or_reason`` returns); None when the spec names no peer."""
     if not spec.peer:
         return None
     try:
@@ -127,6 +129,8 @@ def prepare_peer(spec) -> PeerInputs | dict | None:
     if not torch.cuda.is_available():
         return {"peer": spec.peer, "reason": "torch sees no GPU"}
     try:
+        for gpu in gpus:
+            torch.empty(1, device=f"cuda:{gpu}")  # an allocation: the context, no kernel
         return peer_inputs(spec)
     except Exception as err:
         return _failed(spec, err)

@@ -1,0 +1,106 @@
+"""Processes that get ready before they hold a GPU, then run together in one turn.
+
+A finalist check runs three or four processes of its own (compute-sanitizer's tools and
+the determinism runs, ``harness.gpu.finalist``). Each spends about a second starting
+Python, importing NumPy and CuPy, and more under compute-sanitizer, before it touches the
+GPU, and a GPU lent to a check measures nothing meanwhile (``evo.driver.GpuTurns``): with
+one GPU, ten kernels' checks held it 14-42 s of a 74-78 s run (BENCHMARKS.md, session 21).
+
+So the processes start first, without the GPU: each prints ``READY`` once its host work is
+done and waits on its stdin. Only when every one is ready (or has already ended) does the
+caller take its turn (``turn()``: a context manager giving the device ordinal, or None for
+the default device), write that ordinal to each, and wait for them inside the turn.
+``wait_for_turn`` is the process's side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+READY = "evo-ready-for-a-gpu"
+"""The line a process prints when all it does before touching the GPU is done."""
+
+
+def wait_for_turn() -> int | None:
+    """The process's side: say ``READY``, then block until the caller writes the device
+    ordinal to use (an empty line: the default device). Raises EOFError when the caller
+    closed stdin without a turn (it gave up or was interrupted)."""
+    print(READY, flush=True)
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError("the caller ended without giving a GPU turn")
+    return int(line) if line.strip() else None
+
+
+class _Started:
+    """One process: its output read in a thread (so a full pipe never stalls it), the
+    ``READY`` line taken out and signalled."""
+
+    def __init__(self, cmd: list[str], cwd, env: dict):
+        self.start = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, errors="replace")
+        self.lines: list[str] = []
+        self.ready = threading.Event()  # set at READY, or when the output ends
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.strip() == READY:
+                self.ready.set()
+            else:
+                self.lines.append(line)
+        self.ready.set()
+
+    def go(self, gpu: int | None) -> None:
+        with contextlib.suppress(OSError):  # it already ended: its output says why
+            self.proc.stdin.write("\n" if gpu is None else f"{gpu}\n")
+            self.proc.stdin.close()
+
+    def finish(self, timeout_s: float) -> tuple[int | None, str, float]:
+        note = ""
+        try:
+            code = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code, note = None, f"\ntimed out after {timeout_s:g} s"
+            self.proc.wait()
+        self._reader.join()
+        return code, "".join(self.lines) + note, time.perf_counter() - self.start
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_when_ready(commands: dict[str, list[str]], timeout_s: float, cwd, env: dict,
+                   turn: Callable[[], contextlib.AbstractContextManager]) -> tuple[dict, float]:
+    """Start every command (each calls ``wait_for_turn`` before its GPU work), wait until
+    all are ready or ended (``timeout_s``), then inside ``turn()`` let them go on the
+    turn's device and wait for them (``timeout_s`` again). Returns ({name: (exit code or
+    None when timed out, stdout and stderr together without the ``READY`` line, seconds
+    since start)}, the seconds the turn was held)."""
+    started: dict[str, _Started] = {}
+    try:
+        for name, cmd in commands.items():
+            started[name] = _Started(cmd, cwd, env)
+        deadline = time.perf_counter() + timeout_s
+        for run in started.values():
+            run.ready.wait(max(0.0, deadline - time.perf_counter()))
+        with turn() as gpu:
+            held = time.perf_counter()
+            for run in started.values():
+                run.go(gpu)
+            done = {name: run.finish(timeout_s) for name, run in started.items()}
+            return done, time.perf_counter() - held
+    finally:  # an interrupt, or an exception above: no process outlives the check
+        for run in started.values():
+            run.kill()
