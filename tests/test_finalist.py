@@ -413,11 +413,15 @@ def test_a_process_that_ends_before_its_turn_is_reported_not_waited_for(tmp_path
     ready = [sys.executable, "-c", "from harness.gpu.ready_runs import wait_for_turn; "
              "print('on', wait_for_turn())"]
     failing = [sys.executable, "-c", "import sys; print('setup error: no CuPy'); sys.exit(3)"]
+    slow_exit = [sys.executable, "-c", "import time; from harness.gpu.ready_runs import "
+                 "wait_for_turn, done_with_gpu; wait_for_turn(); done_with_gpu(); "
+                 "time.sleep(3); print('saved')"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    runs, held = ready_runs.run_when_ready({"a": ready, "b": failing}, 60, tmp_path, env,
-                                           lambda: contextlib.nullcontext(3))
+    runs, held = ready_runs.run_when_ready({"a": ready, "b": failing, "c": slow_exit}, 60,
+                                           tmp_path, env, lambda: contextlib.nullcontext(3))
     assert runs["a"][:2] == (0, "on 3\n") and runs["b"][:2] == (3, "setup error: no CuPy\n")
-    assert held >= 0
+    # the turn ends when every process is done with the GPU, not when the last one exits
+    assert runs["c"][:2] == (0, "saved\n") and runs["c"][2] >= 3 and held < 2
 
 
 def test_a_driver_whose_caller_gives_no_turn_ends_with_a_setup_error(tmp_path):

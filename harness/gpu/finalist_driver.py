@@ -61,7 +61,7 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
     (``harness.gpu.ready_runs``)."""
     from genomes.launch import Launch
     from harness.gpu import gate, input_sets
-    from harness.gpu.ready_runs import wait_for_turn
+    from harness.gpu.ready_runs import done_with_gpu, wait_for_turn
     from harness.gpu.runner import DEVICE_CHECK_BYTES, allow_shared
     from harness.kernels.spec import load_spec
 
@@ -105,6 +105,8 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
         cp.cuda.runtime.deviceSynchronize()
         outputs = {p.name: bufs[p.name].get().view(spec.numpy_dtype(p.dtype))
                    for p in spec.outputs()}
+        if wait_turn:  # the outputs are on the host: the caller's turn may end
+            done_with_gpu()
     except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as err:
         print(f"{_PREFIX} launch error: {err}", flush=True)
         return 2

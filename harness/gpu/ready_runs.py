@@ -9,8 +9,10 @@ one GPU, ten kernels' checks held it 14-42 s of a 74-78 s run (BENCHMARKS.md, se
 So the processes start first, without the GPU: each prints ``READY`` once its host work is
 done and waits on its stdin. Only when every one is ready (or has already ended) does the
 caller take its turn (``turn()``: a context manager giving the device ordinal, or None for
-the default device), write that ordinal to each, and wait for them inside the turn.
-``wait_for_turn`` is the process's side.
+the default device), write that ordinal to each, and wait inside the turn until each
+has printed ``GPU_DONE`` (its outputs are on the host) or ended: what it does after (save
+its outputs, the sanitizer's report, the exit) happens with the turn given back.
+``wait_for_turn`` and ``done_with_gpu`` are the process's side.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from collections.abc import Callable
 
 READY = "evo-ready-for-a-gpu"
 """The line a process prints when all it does before touching the GPU is done."""
+GPU_DONE = "evo-done-with-the-gpu"
+"""The line a process prints when it will run nothing more on the GPU."""
 
 
 def wait_for_turn() -> int | None:
@@ -37,9 +41,15 @@ def wait_for_turn() -> int | None:
     return int(line) if line.strip() else None
 
 
+def done_with_gpu() -> None:
+    """The process's side: nothing more will run on the GPU (the caller may give its
+    turn back)."""
+    print(GPU_DONE, flush=True)
+
+
 class _Started:
     """One process: its output read in a thread (so a full pipe never stalls it), the
-    ``READY`` line taken out and signalled."""
+    ``READY`` and ``GPU_DONE`` lines taken out and signalled."""
 
     def __init__(self, cmd: list[str], cwd, env: dict):
         self.start = time.perf_counter()
@@ -48,6 +58,7 @@ class _Started:
                                      text=True, errors="replace")
         self.lines: list[str] = []
         self.ready = threading.Event()  # set at READY, or when the output ends
+        self.released = threading.Event()  # set at GPU_DONE, or when the output ends
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -55,19 +66,24 @@ class _Started:
         for line in self.proc.stdout:
             if line.strip() == READY:
                 self.ready.set()
+            elif line.strip() == GPU_DONE:
+                self.released.set()
             else:
                 self.lines.append(line)
         self.ready.set()
+        self.released.set()
 
     def go(self, gpu: int | None) -> None:
         with contextlib.suppress(OSError):  # it already ended: its output says why
             self.proc.stdin.write("\n" if gpu is None else f"{gpu}\n")
             self.proc.stdin.close()
 
-    def finish(self, timeout_s: float) -> tuple[int | None, str, float]:
+    def finish(self, wait_s: float, timeout_s: float) -> tuple[int | None, str, float]:
+        """(exit code, output, seconds since start) once it ends within ``wait_s``; else
+        killed, None, and the output says it ran past ``timeout_s``."""
         note = ""
         try:
-            code = self.proc.wait(timeout=timeout_s)
+            code = self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             code, note = None, f"\ntimed out after {timeout_s:g} s"
@@ -85,9 +101,10 @@ def run_when_ready(commands: dict[str, list[str]], timeout_s: float, cwd, env: d
                    turn: Callable[[], contextlib.AbstractContextManager]) -> tuple[dict, float]:
     """Start every command (each calls ``wait_for_turn`` before its GPU work), wait until
     all are ready or ended (``timeout_s``), then inside ``turn()`` let them go on the
-    turn's device and wait for them (``timeout_s`` again). Returns ({name: (exit code or
-    None when timed out, stdout and stderr together without the ``READY`` line, seconds
-    since start)}, the seconds the turn was held)."""
+    turn's device and wait until each is done with it; then wait for them to end (within
+    ``timeout_s`` of the go). Returns ({name: (exit code or None when timed out, stdout
+    and stderr together without the ``READY`` and ``GPU_DONE`` lines, seconds since
+    start)}, the seconds the turn was held)."""
     started: dict[str, _Started] = {}
     try:
         for name, cmd in commands.items():
@@ -97,10 +114,15 @@ def run_when_ready(commands: dict[str, list[str]], timeout_s: float, cwd, env: d
             run.ready.wait(max(0.0, deadline - time.perf_counter()))
         with turn() as gpu:
             held = time.perf_counter()
+            deadline = held + timeout_s
             for run in started.values():
                 run.go(gpu)
-            done = {name: run.finish(timeout_s) for name, run in started.items()}
-            return done, time.perf_counter() - held
+            for run in started.values():
+                run.released.wait(max(0.0, deadline - time.perf_counter()))
+            held = time.perf_counter() - held
+        done = {name: run.finish(max(0.0, deadline - time.perf_counter()), timeout_s)
+                for name, run in started.items()}
+        return done, held
     finally:  # an interrupt, or an exception above: no process outlives the check
         for run in started.values():
             run.kill()
