@@ -123,7 +123,8 @@ def step(state: dict, search) -> dict:
             if round_ == 0:
                 return {**state, "generation": generation, "stuck": True}
             break
-        values = _expand(state, search, opts, paths, leaves, generation)
+        rollout = min(opts.rollout, left - 1)  # a last place: no rollout past the plan
+        values = _expand(state, search, opts, paths, leaves, generation, max(0, rollout))
         for path, value in zip(paths, values):
             for node_key, gene in path:
                 edge = state["nodes"][node_key]["edges"][gene]
@@ -348,8 +349,10 @@ def _widen(state: dict, search, opts, node: dict, here: Genome, more: int = 0) -
             node["edges"][gene]["child"] = key
 
 
-def _expand(state: dict, search, opts, paths, leaves: list[Genome], generation: int) -> list[float]:
-    """Measure the expansions and their rollouts; each simulation's best reward."""
+def _expand(state: dict, search, opts, paths, leaves: list[Genome], generation: int,
+            rollout: int) -> list[float]:
+    """Measure the expansions and their rollouts (``rollout`` genes each at most); each
+    simulation's best reward."""
     search.look_up_codes(leaves)
     results = search.evaluate(leaves, generation)
     values, tips = [], []
@@ -361,7 +364,7 @@ def _expand(state: dict, search, opts, paths, leaves: list[Genome], generation: 
         state["nodes"][child]["n"] += 1
         values.append(reward)
         tips.append(child if reward > FAILED else None)
-    for _ in range(opts.rollout):
+    for _ in range(rollout):
         moves = [(i, tip, _rollout_gene(state, search, opts, tip))
                  for i, tip in enumerate(tips) if tip is not None]
         moves = [(i, tip, gene) for i, tip, gene in moves if gene is not None]
