@@ -194,7 +194,8 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             start = time.perf_counter()  # the GPU taken only once its processes are ready,
             # beside other kernels' checks, never beside a timing
-            held = _check_finalist(spec, result, saved, ledger.events, turn=turns.checks)
+            held = _check_finalist(spec, result, saved, ledger.events, turn=turns.checks,
+                                   devices=tuple(config.run.gpus))
             spent.add("finalist check", start)
             if held:  # its processes ran on a GPU (not: resumed, or no sanitizer here)
                 spent.add_parts({report.FINALIST_GPU: held})
@@ -405,15 +406,16 @@ FINALIST_TRIES = 3  # the best and at most two runners-up go under compute-sanit
 
 
 def _check_finalist(spec: KernelSpec, result, saved: KernelEntry, on_events,
-                    gpu: int | None = None, turn=None) -> float:
+                    gpu: int | None = None, turn=None, devices: tuple[int, ...] = ()) -> float:
     """The best genome checked harder (``harness.gpu.finalist``: compute-sanitizer memcheck
     and racecheck, a static .nc check, two runs bitwise identical) before it is written
     to best/. A failure demotes it: the next best valid genome is checked, and so on (at
     most ``FINALIST_TRIES``; the baseline needs no check). A check that cannot run here
     keeps the best and says so. On GPU ``gpu`` (None: the default one). The outcome is
     kept in the kernel's checkpoint entry (``finalist``): report.md quotes it, ``evo show``
-    and a resume use the kept genome. ``turn``: where given, the GPU is taken through it
-    (``harness.gpu.finalist.check_finalist``). Returns the seconds a GPU was held."""
+    and a resume use the kept genome. ``turn``: where given, the GPU is taken through it,
+    one of ``devices`` (``harness.gpu.finalist.check_finalist``). Returns the seconds a
+    GPU was held."""
     from harness.gpu.finalist import check_finalist
 
     held = 0.0
@@ -432,7 +434,8 @@ def _check_finalist(spec: KernelSpec, result, saved: KernelEntry, on_events,
                 break
             applied = apply_genome(spec.ptx_text(), genome, spec.launch)
             check = check_finalist(spec, applied.ptx, applied.launch
-                                   if applied.launch != spec.launch else None, gpu=gpu, turn=turn)
+                                   if applied.launch != spec.launch else None, gpu=gpu, turn=turn,
+                                   devices=devices)
             held += check.details.get("gpu_held_s", 0.0)
             if check.ok or not check.ran:
                 done.update(kept=key, reason=check.reason)

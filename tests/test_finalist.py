@@ -424,18 +424,34 @@ def test_a_process_that_ends_before_its_turn_is_reported_not_waited_for(tmp_path
     assert runs["c"][:2] == (0, "saved\n") and runs["c"][2] >= 3 and held < 2
 
 
-def test_a_driver_whose_caller_gives_no_turn_ends_with_a_setup_error(tmp_path):
-    """The caller was interrupted before the turn: stdin closes, the driver says so."""
+def _fake_driver(tmp_path, *args: str, turn: str):
+    """The driver under the fake CuPy, ``turn`` written to its stdin."""
     spec = find_kernel("relu")
     cubin = tmp_path / "x.cubin"
     cubin.write_bytes(b"")
-    (tmp_path / "fake" / "cupy").mkdir(parents=True)
+    (tmp_path / "fake" / "cupy").mkdir(parents=True, exist_ok=True)
     (tmp_path / "fake" / "cupy" / "__init__.py").write_text(_FAKE_CUPY)
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "harness.gpu.finalist_driver", str(cubin),
-                           str(spec.spec_path), "--wait-turn"], input="", capture_output=True,
-                          text=True, cwd=root,
+    return subprocess.run([sys.executable, "-m", "harness.gpu.finalist_driver", str(cubin),
+                           str(spec.spec_path), "--wait-turn", *args], input=turn,
+                          capture_output=True, text=True, cwd=root,
                           env={**os.environ, "PYTHONPATH": f"{tmp_path / 'fake'}{os.pathsep}{root}"})
+
+
+def test_the_driver_makes_its_contexts_before_it_is_ready_and_runs_on_the_turns_gpu(tmp_path):
+    from harness.gpu.ready_runs import GPU_DONE, READY
+
+    done = _fake_driver(tmp_path, "--devices", "0,1", "--out", str(tmp_path / "o.npz"), turn="1\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["fake cupy: device 0 in use", "fake cupy: device 1 in use",
+                                        READY, "fake cupy: device 1 in use", GPU_DONE, DRIVER_OK]
+    done = _fake_driver(tmp_path, "--devices", "1", turn="\n")  # None: the default device
+    assert done.stdout.splitlines()[2] == "fake cupy: device 0 in use"
+
+
+def test_a_driver_whose_caller_gives_no_turn_ends_with_a_setup_error(tmp_path):
+    """The caller was interrupted before the turn: stdin closes, the driver says so."""
+    done = _fake_driver(tmp_path, turn="")
     assert done.returncode == 3, done.stdout + done.stderr
     from harness.gpu.ready_runs import READY
 

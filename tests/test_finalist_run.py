@@ -28,11 +28,11 @@ def _search_state():
 
 
 def _checker(reasons: list[str], seen: list, gpus: list | None = None):
-    def check(spec, ptx, launch=None, gpu=None, turn=None):
+    def check(spec, ptx, launch=None, gpu=None, turn=None, devices=()):
         seen.append(launch)
         with turn() if turn else contextlib.nullcontext(gpu) as gpu:
             if gpus is not None:
-                gpus.append(gpu)
+                gpus.append((gpu, devices))
         reason = reasons[len(seen) - 1]
         return finalist.FinalistResult(reason == "ok", reason, {"gpu_held_s": 0.5})
     return check
@@ -45,8 +45,8 @@ def test_a_best_that_fails_is_demoted_to_the_next_best(monkeypatch):
     saved, result = _search_state()
     events: list = []
     held = run_mod._check_finalist(find_kernel("relu"), result, saved, events.extend,
-                                   turn=lambda: contextlib.nullcontext(2))
-    assert gpus == [2, 2] and held == 1.0  # on the GPU each turn lent to a check
+                                   turn=lambda: contextlib.nullcontext(2), devices=(1, 2))
+    assert gpus == [(2, (1, 2))] * 2 and held == 1.0  # on the GPU each turn lent to a check
     assert Genome.from_json(result.best_genome) == SECOND and result.best["cycles"] == 120.0
     assert [d["genome"] for d in saved.finalist["demoted"]] == [str(BEST)]
     assert seen[0].grid == (1024, 1, 1)  # each candidate checked with its own launch

@@ -202,9 +202,10 @@ def _driver_error(text: str) -> str:
 # ---------------------------------------------------------------------- running
 
 
-def _driver_cmd(cubin: Path, spec_path: Path, launch, seed: int, out: Path | None = None) -> list[str]:
+def _driver_cmd(cubin: Path, spec_path: Path, launch, seed: int, out: Path | None = None,
+                devices: tuple[int, ...] = ()) -> list[str]:
     cmd = [sys.executable, "-m", "harness.gpu.finalist_driver", str(cubin), str(spec_path),
-           "--seed", str(seed), "--wait-turn"]
+           "--seed", str(seed), "--wait-turn", "--devices", ",".join(map(str, devices))]
     if launch is not None:
         cmd += ["--launch", json.dumps(launch.to_json())]
     if out is not None:
@@ -261,15 +262,17 @@ def _compare_runs(spec, first: Path, second: Path, seed: int, ordered: bool = Tr
 
 def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
                    seed: int = 1, timeout_s: float = 600.0, arch: str = "sm_90",
-                   gpu: int | None = None, turn=None) -> FinalistResult:
+                   gpu: int | None = None, turn=None, devices: tuple[int, ...] = ()) -> FinalistResult:
     """Run the module docstring's four checks on ``ptx`` (a variant of ``spec``) with
     ``launch`` (None: the spec's) on device ``gpu`` (None: the default one), or where
     ``turn`` is given, on the device its turn gives (a context manager factory, such as
-    ``evo.driver.GpuTurns.checks``: taken only once the processes are ready); never raises
-    for what the variant does."""
+    ``evo.driver.GpuTurns.checks``: taken only once the processes are ready; ``devices``:
+    those it may give, or ``gpu``, whose contexts the processes make before); never
+    raises for what the variant does."""
     from harness.compile import compile_ptx
     from harness.kernels.spec_write import spec_file
 
+    devices = devices or ((gpu,) if gpu is not None and turn is None else ())
     details: dict = {}
     unsafe = unsafe_nc_loads(ptx)
     details[STATIC] = unsafe or "no .nc load of a written buffer"
@@ -292,9 +295,11 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
             details[RACECHECK] = "skipped: the kernel uses no shared memory"
         commands = {tool: [exe, "--tool", tool, "--print-limit", str(PRINT_LIMIT),
                            *(["--padding", str(PADDING_BYTES)] if tool == MEMCHECK else []),
-                           *_driver_cmd(cubin, spec_path, launch, seed)] for tool in tools}
+                           *_driver_cmd(cubin, spec_path, launch, seed, devices=devices)]
+                    for tool in tools}
         outs = [Path(tmp, f"run{i}.npz") for i in (1, 2)]
-        commands.update({out.stem: _driver_cmd(cubin, spec_path, launch, seed, out) for out in outs})
+        commands.update({out.stem: _driver_cmd(cubin, spec_path, launch, seed, out, devices)
+                         for out in outs})
         # The runs are independent processes: all at once, read in the docstring's order.
         # Each needs ~1 s to start Python and CuPy (more under the sanitizer) before it
         # touches the GPU: they start first, and the GPU is held only once all are ready.

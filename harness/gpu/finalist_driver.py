@@ -55,10 +55,12 @@ def digest_path(out) -> str:
 
 
 def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
-        out: str | None, wait_turn: bool = False) -> int:
+        out: str | None, wait_turn: bool = False, devices: tuple[int, ...] = ()) -> int:
     """Load, fill, launch once, synchronize; see the module docstring for the exit codes.
     ``wait_turn``: the host's work first, then wait for the caller's GPU turn
-    (``harness.gpu.ready_runs``)."""
+    (``harness.gpu.ready_runs``); ``devices``: the GPUs the turn may give, whose CUDA
+    contexts are made before it (0.1-0.4 s each under memcheck on an H200, BENCHMARKS.md
+    session 22: made in the turn, the GPU would wait for them)."""
     from genomes.launch import Launch
     from harness.gpu import gate, input_sets
     from harness.gpu.ready_runs import done_with_gpu, wait_for_turn
@@ -76,9 +78,12 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
         inputs = input_sets.make_inputs(spec, seed) if xp is np else None  # host work first
         if wait_turn:  # the host's work is done: the GPU from here on, in the caller's turn
             cp.cuda.runtime.getDeviceCount()  # the driver's start (and the sanitizer's) first
+            for device in devices:  # a context is made without running anything on a GPU
+                cp.cuda.Device(device).use()
+                cp.cuda.runtime.free(0)
             gpu = wait_for_turn()
-            if gpu is not None:
-                cp.cuda.Device(gpu).use()
+            if gpu is not None or devices:  # None: the default device, the process's first
+                cp.cuda.Device(gpu or 0).use()
         module = cp.cuda.function.Module()
         module.load(cubin)
         fn = allow_shared(cp, module.get_function(launch.entry or spec.entry), spec.shared_mem)
@@ -134,8 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-turn", action="store_true",
                         help="after the host's work, print a ready line and read the GPU's "
                              "ordinal from stdin (an empty line: the default GPU) before using it")
+    parser.add_argument("--devices", default="",
+                        help="with --wait-turn: the GPU ordinals the turn may give (0,1), "
+                             "whose contexts are made before the ready line")
     args = parser.parse_args(argv)
-    return run(args.cubin, args.spec, args.launch, args.seed, args.out, args.wait_turn)
+    devices = tuple(int(d) for d in args.devices.split(",") if d.strip())
+    return run(args.cubin, args.spec, args.launch, args.seed, args.out, args.wait_turn, devices)
 
 
 if __name__ == "__main__":
