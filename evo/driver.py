@@ -175,32 +175,47 @@ def jobs_for(requested: int, offers: dict, kernels: int, alone: bool) -> int:
     return max(1, min(kernels, AUTO_JOBS_PER_SLOT * offers.get("measure_slots", 1)))
 
 
-def each_kernel(items: list, work, jobs: int, stop: threading.Event) -> list:
+def each_kernel(items: list, work, jobs: int, stop: threading.Event, finish=None) -> list:
     """``work(item, slot)`` for every item, ``jobs`` at a time (``slot`` in 0..jobs-1 says
-    which of the running ones it is: a progress bar's line); results in item order. The
-    first failure, or Ctrl-C, sets ``stop`` (running searches raise ``Stopped`` at their
-    next batch) and is raised once every thread has ended."""
+    which of the running ones it is: a progress bar's line), then, where given,
+    ``finish(item, work's result)`` without a slot: the next item's work starts meanwhile.
+    (A kernel's steps after its search mostly wait, on the finalist check's processes and
+    on GPU turns; holding a slot through them, a peer's timing of 14 s kept the next
+    kernel's search from starting: BENCHMARKS.md, session 22.) Results (``finish``'s, else
+    ``work``'s) in item order. The first failure, or Ctrl-C, sets ``stop`` (running
+    searches raise ``Stopped`` at their next batch) and is raised once every thread has
+    ended."""
+    finish = finish or (lambda item, out: out)
     if jobs <= 1:
-        return [work(item, 0) for item in items]
+        return [finish(item, work(item, 0)) for item in items]
     slots: queue.Queue = queue.Queue()
     for slot in range(jobs):
         slots.put(slot)
+    pool = concurrent.futures.ThreadPoolExecutor(jobs, thread_name_prefix="kernel")
+    after = concurrent.futures.ThreadPoolExecutor(len(items), thread_name_prefix="kernel-after")
 
     def run(item):
         slot = slots.get()
         try:
-            return work(item, slot)
+            out = work(item, slot)
         finally:
             slots.put(slot)
+        return after.submit(finish, item, out)
 
-    pool = concurrent.futures.ThreadPoolExecutor(jobs, thread_name_prefix="kernel")
-    futures = [pool.submit(run, item) for item in items]
+    searches = [pool.submit(run, item) for item in items]
+    pending = set(searches)
     try:
-        for future in concurrent.futures.as_completed(futures):
-            future.result()  # the first failure (or Ctrl-C, here) stops the others
+        while pending:  # a search's end brings its finish; the first failure stops all
+            done, pending = concurrent.futures.wait(
+                pending, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                got = future.result()
+                if future in searches:
+                    pending.add(got)
     except BaseException:
         stop.set()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    return [f.result() for f in futures]
+        after.shutdown(wait=True, cancel_futures=True)
+    return [f.result().result() for f in searches]

@@ -66,6 +66,11 @@ class KernelBar:
             tqdm.write(f"{event['kernel']} gen {event['generation']}: best {event['best']} "
                        f"median {event['median']} evals {event['evals']}", file=sys.stderr)
 
+    def searched(self) -> None:
+        """The search is over: its line goes to the next kernel's search (the steps
+        after it, such as the finalist check, print as notes)."""
+        self.gens.close()
+
     def end(self, result) -> None:
         self.gens.close()
         self.progress.kernels.update(1)

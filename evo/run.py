@@ -173,10 +173,18 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         measuring = KernelRun(spec, evaluator, stop, turns, [_BarObserver(bar)])
         result = search_kernel(measuring, ledger, config_k, llm=llm, prior=prior,
                                on_generation=bar.generation)
-        saved = kernel_entry(ledger.checkpoint, spec.name)
         spent = _Seconds(ledger.checkpoint, spec.name, lock)
         spent.add("search", start)
         spent.add_parts(measuring.seconds)
+        bar.searched()
+        return result, measuring, bar
+
+    def after_search(spec: KernelSpec, searched):
+        """The steps after a kernel's search, its slot given to the next search."""
+        result, measuring, bar = searched
+        ledger = ledgers[spec.name]
+        saved = kernel_entry(ledger.checkpoint, spec.name)
+        spent = _Seconds(ledger.checkpoint, spec.name, lock)
         if backend.remeasures and config.run.exact_slack >= 0:  # outputs checked on a GPU
             start = time.perf_counter()
             if prefer_exact(result, saved, measuring.measure, config.run.exact_slack, ledger.events):
@@ -233,7 +241,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
 
     try:
         with _sigterm_as_interrupt(), backend:
-            results = each_kernel(kernels, one_kernel, jobs, stop)
+            results = each_kernel(kernels, one_kernel, jobs, stop, after_search)
     except KeyboardInterrupt:
         progress.close()
         print(f"evo: interrupted; the last finished generation is saved. Continue with:\n"

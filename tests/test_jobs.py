@@ -195,3 +195,44 @@ def test_finalist_checks_share_the_gpu_with_each_other_and_never_with_a_measurem
         assert not (snapshot["measure"] and snapshot["check"])
         assert not snapshot["alone"] or sum(snapshot.values()) == 1
     assert max(s["check"] for s in overlap) == 2
+
+
+def test_a_kernels_steps_after_its_search_do_not_hold_a_search_slot():
+    """each_kernel's ``finish`` runs without a slot: with two slots, the third item's work
+    starts while the first item's finish is still running; results stay in item order and
+    a finish's failure stops the run."""
+    import threading
+    import time
+
+    from evo.driver import each_kernel
+
+    events, lock = [], threading.Lock()
+    finishing = threading.Event()
+
+    def work(item, slot):
+        with lock:
+            events.append(f"work {item} on slot {slot}")
+        if item == 2:
+            assert finishing.is_set()  # item 0's finish is under way: its slot was given back
+        return item * 10
+
+    def finish(item, out):
+        if item == 0:
+            finishing.set()
+            time.sleep(0.3)
+            with lock:
+                events.append("finish 0 ends")
+        return out + 1
+
+    assert each_kernel([0, 1, 2, 3], work, 2, threading.Event(), finish) == [1, 11, 21, 31]
+    work_2 = next(i for i, e in enumerate(events) if e.startswith("work 2 "))
+    assert work_2 < events.index("finish 0 ends")
+
+    stop = threading.Event()
+
+    def failing(item, out):
+        raise RuntimeError(f"finish {item} failed")
+
+    with pytest.raises(RuntimeError, match="finish . failed"):
+        each_kernel([0, 1, 2], work, 2, stop, failing)
+    assert stop.is_set()
