@@ -206,7 +206,7 @@ def llm_lines(stats: dict | None) -> list[str]:
 
 
 def finalist_lines(checkpoint: dict) -> list[str]:
-    """What the finalist check (``evo.run._check_finalist``) said of each kernel's best."""
+    """What the finalist check (``evo.finalists.check_best``) said of each kernel's best."""
     lines = []
     for kernel, entry in kernel_entries(checkpoint).items():
         f = entry.finalist

@@ -28,6 +28,7 @@ from evo.checkpoint import kernel as kernel_entry
 from evo.config import Config
 from evo.driver import AUTO_JOBS_PER_SLOT, GpuTurns, KernelLedger, each_kernel, jobs_for
 from evo.exact import prefer_exact
+from evo.finalists import check_best
 from evo.kernel_run import KernelRun, Observer
 from evo.learn import source as learn_source
 from evo.model.capture import other_sizes
@@ -202,8 +203,8 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             start = time.perf_counter()  # the GPU taken only once its processes are ready,
             # beside other kernels' checks, never beside a timing
-            held = _check_finalist(spec, result, saved, ledger.events, turn=turns.checks,
-                                   devices=tuple(config.run.gpus))
+            held = check_best(spec, result, saved, ledger.events, turn=turns.checks,
+                              devices=tuple(config.run.gpus))
             spent.add("finalist check", start)
             if held:  # its processes ran on a GPU (not: resumed, or no sanitizer here)
                 spent.add_parts({report.FINALIST_GPU: held})
@@ -408,54 +409,6 @@ class _BarObserver(Observer):
 
     def evaluated(self, genomes, results, baseline) -> None:
         self.bar.evaluated(results, baseline.cycles if baseline.valid else None)
-
-
-FINALIST_TRIES = 3  # the best and at most two runners-up go under compute-sanitizer
-
-
-def _check_finalist(spec: KernelSpec, result, saved: KernelEntry, on_events,
-                    gpu: int | None = None, turn=None, devices: tuple[int, ...] = ()) -> float:
-    """The best genome checked harder (``harness.gpu.finalist``: compute-sanitizer memcheck
-    and racecheck, a static .nc check, two runs bitwise identical) before it is written
-    to best/. A failure demotes it: the next best valid genome is checked, and so on (at
-    most ``FINALIST_TRIES``; the baseline needs no check). A check that cannot run here
-    keeps the best and says so. On GPU ``gpu`` (None: the default one). The outcome is
-    kept in the kernel's checkpoint entry (``finalist``): report.md quotes it, ``evo show``
-    and a resume use the kept genome. ``turn``: where given, the GPU is taken through it,
-    one of ``devices`` (``harness.gpu.finalist.check_finalist``). Returns the seconds a
-    GPU was held."""
-    from harness.gpu.finalist import check_finalist
-
-    held = 0.0
-    done = saved.finalist
-    if done is None:
-        ranked = sorted(((s["cycles"], key) for key, s in saved.known.items()
-                         if s.get("valid") and s.get("cycles") is not None), key=lambda t: t[0])
-        first = Genome.from_json(result.best_genome).effective().dumps()
-        order = [first] + [key for _, key in ranked if key != first]
-        done = {"demoted": [], "kept": Genome().dumps(),
-                "reason": f"failed by the best {FINALIST_TRIES}: the baseline is kept"}
-        for key in order[:FINALIST_TRIES]:
-            genome = Genome.from_json(json.loads(key))
-            if not genome.genes:
-                done.update(kept=key, reason="the baseline (no check needed)")
-                break
-            applied = apply_genome(spec.ptx_text(), genome, spec.launch)
-            check = check_finalist(spec, applied.ptx, applied.launch
-                                   if applied.launch != spec.launch else None, gpu=gpu, turn=turn,
-                                   devices=devices)
-            held += check.details.get("gpu_held_s", 0.0)
-            if check.ok or not check.ran:
-                done.update(kept=key, reason=check.reason)
-                break
-            done["demoted"].append({"genome": str(genome), "reason": check.reason})
-        saved.finalist = done
-        on_events([{"type": "finalist", "kernel": spec.name, **done}])
-    kept = json.loads(done["kept"])
-    if Genome.from_json(kept) != Genome.from_json(result.best_genome).effective():
-        result.best_genome = kept
-        result.best = saved.known.get(done["kept"], result.best)
-    return held
 
 
 def _write_best(run: RunDir, spec: KernelSpec, result) -> None:

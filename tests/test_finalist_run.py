@@ -10,7 +10,7 @@ from harness.gpu import finalist
 from harness.kernels.suite import find_kernel
 
 from evo import report
-from evo import run as run_mod
+from evo import finalists
 from evo.checkpoint import KernelEntry
 from evo.search import KernelResult
 
@@ -44,7 +44,7 @@ def test_a_best_that_fails_is_demoted_to_the_next_best(monkeypatch):
         ["memcheck: 3 errors; first: Invalid __global__ read", "ok"], seen, gpus))
     saved, result = _search_state()
     events: list = []
-    held = run_mod._check_finalist(find_kernel("relu"), result, saved, events.extend,
+    held = finalists.check_best(find_kernel("relu"), result, saved, events.extend,
                                    turn=lambda: contextlib.nullcontext(2), devices=(1, 2))
     assert gpus == [(2, (1, 2))] * 2 and held == 1.0  # on the GPU each turn lent to a check
     assert Genome.from_json(result.best_genome) == SECOND and result.best["cycles"] == 120.0
@@ -56,7 +56,7 @@ def test_a_best_that_fails_is_demoted_to_the_next_best(monkeypatch):
     assert lines[2].startswith(f"- relu: kept {SECOND}: finalist check ok")
     # a resumed run does not check again, and keeps the same genome
     again = _search_state()[1]
-    assert run_mod._check_finalist(find_kernel("relu"), again, saved, events.extend) == 0.0
+    assert finalists.check_best(find_kernel("relu"), again, saved, events.extend) == 0.0
     assert Genome.from_json(again.best_genome) == SECOND and len(seen) == 2
 
 
@@ -64,7 +64,7 @@ def test_a_check_that_cannot_run_keeps_the_best_and_says_so(monkeypatch):
     monkeypatch.setattr(finalist, "check_finalist",
                         _checker(["not run: compute-sanitizer not found"], []))
     saved, result = _search_state()
-    run_mod._check_finalist(find_kernel("relu"), result, saved, lambda events: None)
+    finalists.check_best(find_kernel("relu"), result, saved, lambda events: None)
     assert Genome.from_json(result.best_genome) == BEST
     lines = report.finalist_lines({"kernels": {"relu": saved.data}})
     assert "NOT RUN" in lines[1] and "kept unchecked" in lines[1]
@@ -74,6 +74,6 @@ def test_when_every_candidate_fails_the_baseline_is_kept(monkeypatch):
     monkeypatch.setattr(finalist, "check_finalist",
                         _checker(["racecheck: 2 hazards", "not deterministic: 5 elements"], []))
     saved, result = _search_state()
-    run_mod._check_finalist(find_kernel("relu"), result, saved, lambda events: None)
+    finalists.check_best(find_kernel("relu"), result, saved, lambda events: None)
     assert Genome.from_json(result.best_genome) == Genome()
     assert len(saved.finalist["demoted"]) == 2
