@@ -192,7 +192,8 @@ def each_kernel(items: list, work, jobs: int, stop: threading.Event, finish=None
     for slot in range(jobs):
         slots.put(slot)
     pool = concurrent.futures.ThreadPoolExecutor(jobs, thread_name_prefix="kernel")
-    after = concurrent.futures.ThreadPoolExecutor(len(items), thread_name_prefix="kernel-after")
+    after = concurrent.futures.ThreadPoolExecutor(max(1, len(items)),
+                                                  thread_name_prefix="kernel-after")
 
     def run(item):
         slot = slots.get()
