@@ -416,9 +416,14 @@ def test_a_process_that_ends_before_its_turn_is_reported_not_waited_for(tmp_path
     slow_exit = [sys.executable, "-c", "import time; from harness.gpu.ready_runs import "
                  "wait_for_turn, done_with_gpu; wait_for_turn(); done_with_gpu(); "
                  "time.sleep(3); print('saved')"]
+    shared_line = [sys.executable, "-c", "import sys; from harness.gpu.ready_runs import "
+                   "wait_for_turn; sys.stdout.write('== a sanitizer line, unfinished '); "
+                   "print(wait_for_turn())"]  # the marker amid another writer's line
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    runs, held = ready_runs.run_when_ready({"a": ready, "b": failing, "c": slow_exit}, 60,
-                                           tmp_path, env, lambda: contextlib.nullcontext(3))
+    runs, held = ready_runs.run_when_ready(
+        {"a": ready, "b": failing, "c": slow_exit, "d": shared_line}, 60, tmp_path, env,
+        lambda: contextlib.nullcontext(3))
+    assert runs["d"][:2] == (0, "== a sanitizer line, unfinished \n3\n")
     assert runs["a"][:2] == (0, "on 3\n") and runs["b"][:2] == (3, "setup error: no CuPy\n")
     # the turn ends when every process is done with the GPU, not when the last one exits
     assert runs["c"][:2] == (0, "saved\n") and runs["c"][2] >= 3 and held < 2

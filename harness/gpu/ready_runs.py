@@ -63,12 +63,14 @@ class _Started:
         self._reader.start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.strip() == READY:
-                self.ready.set()
-            elif line.strip() == GPU_DONE:
-                self.released.set()
-            else:
+        for line in self.proc.stdout:  # a marker is found inside a line too: the sanitizer
+            # writes to the same pipe, and a write of its own may share the marker's line
+            marked = False
+            for marker, event in ((READY, self.ready), (GPU_DONE, self.released)):
+                if marker in line:
+                    event.set()
+                    line, marked = line.replace(marker, ""), True
+            if not marked or line.strip():
                 self.lines.append(line)
         self.ready.set()
         self.released.set()
