@@ -6,6 +6,7 @@ times one candidate in it: the inputs of each seed (`input_sets.py`), the gate
 keeper) and where buffers lie in it with the guards around them (`buffers.py`), the result-reuse probe (`reuse_probe.py`), timing (`timing.py`,
 its statistics `estimate.py`, the SM clocks `clocks.py`), in-kernel instrumentation
 (`instrument.py`). After a search: the finalist's harder checks (`finalist.py`, which runs
-`finalist_driver.py` under compute-sanitizer), Nsight Compute passes (`ncu.py`), and the
+`finalist_driver.py` under compute-sanitizer, its processes ready before they take their
+GPU turn: `ready_runs.py`), Nsight Compute passes (`ncu.py`), and the
 machine's measuring noise (`stability.py`). CuPy is imported inside functions only.
 """
