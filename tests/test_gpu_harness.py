@@ -220,6 +220,20 @@ def test_baseline_failure_is_reported_as_such(worker):
     assert not m.valid and m.reason.startswith(BASELINE_FAILED), m.reason
 
 
+def test_a_baseline_that_disagrees_with_its_reference_fails_on_the_first_seed(worker):
+    """The NumPy reference is checked on the first check seed (one seed shows a wrong spec:
+    ``runner.baseline_outputs``): relu's spec with gelu's reference fails its baseline
+    there, and relu's own passes."""
+    import dataclasses
+
+    request = make_request("relu", check_reference=True, timeout_s=120.0)
+    wrong = dataclasses.replace(request, spec=dataclasses.replace(request.spec, reference="gelu"))
+    m = worker.measure(wrong)
+    assert not m.valid and m.reason.startswith(BASELINE_FAILED), m.reason
+    assert "disagrees with the NumPy reference" in m.reason and f"seed {SEEDS[0]}" in m.reason
+    assert worker.measure(request).valid
+
+
 def test_speedup_over_10x_is_flagged(worker):
     m = worker.measure(make_request(GEMM))
     assert m.valid and m.flags == []
@@ -236,7 +250,7 @@ STREAMING = ("relu_dram", "gelu_dram", "saxpy_dram")  # baselines at 75-90 % of 
 
 @pytest.mark.parametrize("name", suite_names())
 def test_suite_baseline_matches_its_reference(worker, name):
-    # DRAM-sized kernels (512 MB of buffers) need minutes for 5 NumPy references + stress
+    # DRAM-sized kernels (512 MB of buffers) need a minute for a NumPy reference + stress
     data = sum(p.nbytes for p in find_kernel(name).buffers())
     m = worker.measure(make_request(name, check_reference=True,
                                     timeout_s=60.0 + 40.0 * data / (256 << 20)))

@@ -134,14 +134,13 @@ class GpuBackend(Backend):
         upload, read back and compare each input set of a kernel with large buffers (a
         DRAM-sized kernel's 512 MB took over 10 s on an H100; about 4 s per 256 MB per set
         is allowed, the baseline's launches and the stress check included). ``reference``:
-        the baseline, also compared with the spec's NumPy reference on each set (gelu's
-        on 64M floats takes seconds), 8 s per 256 MB per set more. Why: in session 6's
+        the baseline, also compared with the spec's NumPy reference on one set (gelu's
+        on 64M floats takes seconds), 8 s per 256 MB more. Why: in session 6's
         bench_peer call gelu_dram's baseline came back without a time while its variant
         passed; the reference check is the likely cost (not confirmed on a GPU)."""
         sets = self.check_sets + 2
-        per_set = 4.0 + (8.0 if reference else 0.0)
         data = sum(p.nbytes for p in spec.buffers())
-        return self.timeout_s + sets * per_set * data / (256 << 20)
+        return self.timeout_s + (sets * 4.0 + (8.0 if reference else 0.0)) * data / (256 << 20)
 
     def offers(self) -> dict:
         return {**super().offers(), "measure_slots": len(self.workers)}  # one per GPU

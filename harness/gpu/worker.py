@@ -67,7 +67,7 @@ class MeasureRequest:
     ``clock_entry`` (``harness.gpu.instrument.with_clock_twin``).
     ``launch`` is the variant's grid and block when its genome changed them.
     ``check_reference=True`` also compares the baseline with the spec's NumPy reference
-    (to validate the suite itself). ``baseline_cycles`` enables the ">10x speedup" flag.
+    on the first check seed (to validate the spec itself; ``runner.baseline_outputs``). ``baseline_cycles`` enables the ">10x speedup" flag.
     """
 
     spec: KernelSpec
