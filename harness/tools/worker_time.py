@@ -1,0 +1,76 @@
+"""Where a GPU worker's time went, from a measurement store: per kernel, the measurements,
+the worker's seconds over them, and the phases that took the most (each measurement's
+``notes["phases"]``, as ``evo measure -v`` prints one)::
+
+    python3 -m harness.tools.worker_time STORE.sqlite [--top 4] [--kernel NAME ...]
+
+A run's store holds its search's measurements (not the ones measured again at its end,
+which use a store of their own). What it showed on issue 27's ten-kernel mix: the baselines
+of the five large kernels held the worker 18 of its 35 s, comparing with the NumPy
+reference on the host (BENCHMARKS.md, session 22).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sqlite3
+
+
+def worker_time(path: str, kernels: list[str] | None = None) -> dict:
+    """{kernel: {"n": measurements, "seconds": their sum, "slowest": the largest one,
+    "phases": Counter of seconds by phase}} from the store at ``path``."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT kernel, seconds, notes FROM measurements").fetchall()
+    finally:
+        db.close()
+    out: dict = {}
+    for kernel, seconds, notes in rows:
+        if kernels and kernel not in kernels:
+            continue
+        entry = out.setdefault(kernel, {"n": 0, "seconds": 0.0, "slowest": 0.0,
+                                        "phases": collections.Counter()})
+        entry["n"] += 1
+        entry["seconds"] += seconds or 0.0
+        entry["slowest"] = max(entry["slowest"], seconds or 0.0)
+        for phase, spent in (json.loads(notes or "{}").get("phases") or {}).items():
+            entry["phases"][phase] += spent
+    return out
+
+
+def table(times: dict, top: int = 4) -> list[str]:
+    """One line per kernel, the most time first, and the total."""
+    lines = ["| kernel | measurements | worker s | ms each | slowest s | largest phases (s) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for kernel, t in sorted(times.items(), key=lambda kv: -kv[1]["seconds"]):
+        phases = ", ".join(f"{p} {s:.2f}" for p, s in t["phases"].most_common(top))
+        lines.append(f"| {kernel} | {t['n']} | {t['seconds']:.2f} | "
+                     f"{1000 * t['seconds'] / t['n']:.1f} | {t['slowest']:.2f} | {phases} |")
+    total = sum(t["seconds"] for t in times.values())
+    lines.append(f"\n{sum(t['n'] for t in times.values())} measurements, {total:.1f} s of the worker")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m harness.tools.worker_time",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("store", help="a measurement store (.sqlite), e.g. a run's --store")
+    parser.add_argument("--kernel", action="append", help="only these kernels (repeatable)")
+    parser.add_argument("--top", type=int, default=4, help="phases shown per kernel")
+    args = parser.parse_args(argv)
+    try:
+        times = worker_time(args.store, args.kernel)
+    except sqlite3.Error as err:
+        print(f"worker_time: {args.store}: not a measurement store ({err})")
+        return 2
+    if not times:
+        print(f"worker_time: {args.store}: no measurements" + (" of those kernels" if args.kernel else ""))
+        return 1
+    print("\n".join(table(times, args.top)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
