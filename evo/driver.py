@@ -178,7 +178,8 @@ def jobs_for(requested: int, offers: dict, kernels: int, alone: bool) -> int:
 def each_kernel(items: list, work, jobs: int, stop: threading.Event, finish=None) -> list:
     """``work(item, slot)`` for every item, ``jobs`` at a time (``slot`` in 0..jobs-1 says
     which of the running ones it is: a progress bar's line), then, where given,
-    ``finish(item, work's result)`` without a slot: the next item's work starts meanwhile.
+    ``finish(item, work's result)`` without a slot (``jobs`` of them at a time, apart):
+    the next item's work starts meanwhile.
     (A kernel's steps after its search mostly wait, on the finalist check's processes and
     on GPU turns; holding a slot through them, a peer's timing of 14 s kept the next
     kernel's search from starting: BENCHMARKS.md, session 22.) Results (``finish``'s, else
@@ -192,8 +193,8 @@ def each_kernel(items: list, work, jobs: int, stop: threading.Event, finish=None
     for slot in range(jobs):
         slots.put(slot)
     pool = concurrent.futures.ThreadPoolExecutor(jobs, thread_name_prefix="kernel")
-    after = concurrent.futures.ThreadPoolExecutor(max(1, len(items)),
-                                                  thread_name_prefix="kernel-after")
+    # as many finishing at once as searching: each finalist check starts 3-4 processes
+    after = concurrent.futures.ThreadPoolExecutor(jobs, thread_name_prefix="kernel-after")
 
     def run(item):
         slot = slots.get()
