@@ -203,8 +203,10 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             start = time.perf_counter()  # the GPU taken only once its processes are ready,
             # beside other kernels' checks, never beside a timing
+            # their CUDA contexts made before the turn where it can only be one GPU (on
+            # several, a context on each GPU per process would cost each GPU's memory)
             held = check_best(spec, result, saved, ledger.events, turn=turns.checks,
-                              devices=tuple(config.run.gpus))
+                              devices=tuple(config.run.gpus) if len(config.run.gpus) == 1 else ())
             spent.add("finalist check", start)
             if held:  # its processes ran on a GPU (not: resumed, or no sanitizer here)
                 spent.add_parts({report.FINALIST_GPU: held})
