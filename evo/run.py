@@ -18,7 +18,7 @@ from pathlib import Path
 
 from genomes.errors import EvoError
 from genomes.genome import Genome, apply_genome
-from harness.kernels.peers import peer_or_reason, prepare_peer
+from harness.kernels.peers import PeerInputs, peer_or_reason, prepare_peer
 from harness.kernels.spec import KernelSpec, with_caches
 
 from evo import config as config_mod
@@ -232,11 +232,14 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             start = time.perf_counter()
             # torch's import, its CUDA contexts and the host's work, the GPU not held
             prepared = prepare_peer(spec, tuple(config.run.gpus))
-            with turns.alone() as gpu:
-                held = time.perf_counter()
-                saved.peer = peer_or_reason(spec, config.run.gpus[0] if gpu is None else gpu,
-                                            prepared)
-                spent.add(report.PEER_GPU, held)
+            if not isinstance(prepared, PeerInputs):  # why torch cannot time it: no GPU needed
+                saved.peer = prepared
+            else:
+                with turns.alone() as gpu:
+                    held = time.perf_counter()
+                    saved.peer = peer_or_reason(spec, config.run.gpus[0] if gpu is None else gpu,
+                                                prepared)
+                    spent.add(report.PEER_GPU, held)
             spent.add("peer", start)
         ledger.save()  # the steps' seconds, the peer
         bar.end(result)

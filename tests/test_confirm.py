@@ -98,3 +98,35 @@ def test_no_confirmation_where_readings_are_copies_or_when_off(tmp_path, monkeyp
     assert result.confirmed is None
     report = (run.path / "report.md").read_text()
     assert "measured again" not in report  # neither the column nor its note
+
+
+@needs_ptxas
+def test_a_peer_torch_cannot_time_takes_no_gpu_turn(tmp_path, monkeypatch):
+    """relu names a peer; where torch cannot time it here (not installed, no GPU), the run
+    keeps the reason and never borrows a GPU alone for it: such a turn holds back every
+    measurement on that GPU while it waits."""
+    import contextlib
+
+    import harness.backends
+    from harness.kernels import peers
+
+    backend = DriftingBackend()
+    lent = []
+
+    @contextlib.contextmanager
+    def lend(share=False):
+        lent.append(share)
+        yield 0
+
+    backend.lend = lend
+    monkeypatch.setattr(harness.backends, "make_backend", lambda *a, **k: backend)
+    monkeypatch.setattr(peers, "prepare_peer", lambda spec, gpus=(): {
+        "peer": spec.peer, "reason": "torch sees no GPU"})
+    monkeypatch.setattr(run_mod, "prepare_peer", peers.prepare_peer)
+    config = Config().override("run", suite=["relu"], generations=1, pop=2,
+                               store=str(tmp_path / "store.sqlite"))
+    run = run_mod.start_run(config, tmp_path / "run")
+    run_mod.execute(run, config, run_mod.new_checkpoint(config), verbosity=0)
+    saved = json.loads((run.path / "checkpoint.json").read_text())
+    assert saved["kernels"]["relu"]["peer"]["reason"] == "torch sees no GPU"
+    assert False not in lent  # no turn alone (finalist checks may share one: True)
