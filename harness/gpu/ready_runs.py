@@ -3,8 +3,9 @@
 A finalist check runs three or four processes of its own (compute-sanitizer's tools and
 the determinism runs, ``harness.gpu.finalist``). Each spends about a second starting
 Python, importing NumPy and CuPy, and more under compute-sanitizer, before it touches the
-GPU, and a GPU lent to a check measures nothing meanwhile (``evo.driver.GpuTurns``): with
-one GPU, ten kernels' checks held it 14-42 s of a 74-78 s run (BENCHMARKS.md, session 21).
+GPU, and a GPU lent to a check measures nothing meanwhile (``evo.driver.GpuTurns``): on
+issue 27's ten-kernel mix on one GPU each kernel's check held it 1.4-4.2 s of a 74-78 s run
+(BENCHMARKS.md, session 21); started first, 0.01-1.5 s (session 22).
 
 So the processes start first, without the GPU: each prints ``READY`` once its host work is
 done and waits on its stdin. Only when every one is ready (or has already ended) does the
