@@ -201,10 +201,10 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             progress.note(f"{spec.name}: at its other captured sizes: {_sizes_said(saved.sizes)}")
             ledger.save()
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
-            start = time.perf_counter()  # the GPU taken only once its processes are ready,
-            # beside other kernels' checks, never beside a timing
-            # their CUDA contexts made before the turn where it can only be one GPU (on
-            # several, a context on each GPU per process would cost each GPU's memory)
+            # The GPU is taken once its processes are ready, beside other kernels' checks,
+            # never beside a timing; their CUDA contexts are made before the turn where it
+            # can only be one GPU (on several: a context on every GPU for each process).
+            start = time.perf_counter()
             held = check_best(spec, result, saved, ledger.events, turn=turns.checks,
                               devices=tuple(config.run.gpus) if len(config.run.gpus) == 1 else ())
             spent.add("finalist check", start)
@@ -236,10 +236,10 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
                 saved.peer = prepared
             else:
                 with turns.alone() as gpu:
-                    held = time.perf_counter()
+                    taken = time.perf_counter()
                     saved.peer = peer_or_reason(spec, config.run.gpus[0] if gpu is None else gpu,
                                                 prepared)
-                    spent.add(report.PEER_GPU, held)
+                    spent.add(report.PEER_GPU, taken)
             spent.add("peer", start)
         ledger.save()  # the steps' seconds, the peer
         bar.end(result)
