@@ -137,3 +137,30 @@ def test_guard_compare_finds_one_changed_byte_anywhere_in_a_range():
         assert any_ne(arena.view(cupy.uint64), word), where
         arena[where] = gate.CANARY_BYTE
     assert not any_ne(arena[3:5], np.uint8(gate.CANARY_BYTE))
+
+
+def test_one_launch_guard_compare_sees_each_byte_of_its_ranges_and_none_outside():
+    """gate_device.any_guard_changed (every guard range in one kernel): a changed byte at
+    each end of each range, and inside, is seen; one just outside every range is not, for
+    ranges with unaligned ends, ranges shorter than a word and a range of one byte."""
+    import cupy
+
+    from harness.gpu.gate_device import any_guard_changed, guard_table
+
+    size = 1 << 20
+    arena = cupy.full(size, gate.CANARY_BYTE, dtype=cupy.uint8)
+    ranges = [(0, 4099), (4101, 4105), (4107, 4108), (8195, 70001), (70003, size)]
+    table = guard_table(ranges)
+    assert not any_guard_changed(arena, table, gate.CANARY_BYTE)
+    outside = [4099, 4100, 4105, 4106, 4108, 8194, 70001, 70002]
+    for where in outside:
+        arena[where] = 0
+    assert not any_guard_changed(arena, table, gate.CANARY_BYTE), "a byte outside the ranges"
+    inside = sorted({i for lo, hi in ranges for i in (lo, lo + 1, (lo + hi) // 2, hi - 2, hi - 1)
+                     if lo <= i < hi})
+    for where in inside:
+        before = int(arena[where])
+        arena[where] = before ^ 1
+        assert any_guard_changed(arena, table, gate.CANARY_BYTE), where
+        arena[where] = before
+    assert not any_guard_changed(arena, guard_table([]), gate.CANARY_BYTE)

@@ -78,7 +78,8 @@ def spec_key(spec) -> tuple:
 class ArenaBuffers:
     """The arena-side methods of ``harness.gpu.runner.Runner``, over what its ``__init__``
     makes: the CUDA context (``cp``, ``stream``), the arena (``_arena``, ``arena_source``)
-    and the caches of buffers (``_buffers``, ``_buffer_sets``, ``_scratch``, ``_l2_flush``)."""
+    and the caches of buffers (``_buffers``, ``_buffer_sets``, ``_scratch``, ``_l2_flush``)
+    and of the guards' device tables (``_guard_tables``)."""
 
     def _open_arena(self, handle: bytes | None):
         """(arena, where it comes from): the keeper's memory when lent (``harness.gpu.arena``:
@@ -134,23 +135,15 @@ class ArenaBuffers:
         on the GPU: the ranges span most of the arena), else None."""
         if gate.array_module(self._arena) is np:  # a host arena (tests): the array code
             return self._changed_guard_reason(guards)
-        from harness.gpu.gate_device import flag_ne, new_flag
+        from harness.gpu.gate_device import any_guard_changed, guard_table
 
-        # One pass over 8-byte words (the ranges span most of the arena), the ends that are
-        # not whole words byte by byte, every range into one flag read back once; the
-        # reason's figures only where something changed.
-        byte = np.uint8(gate.CANARY_BYTE)
-        word = np.uint64(int.from_bytes(bytes([gate.CANARY_BYTE]) * 8, "little"))
-        flag = new_flag()
-        for _, lo, hi in guards:
-            mid_lo, mid_hi = min(-(-lo // 8) * 8, hi), max(hi // 8 * 8, lo)
-            if mid_lo < mid_hi:
-                flag_ne(self._arena[mid_lo:mid_hi].view(self.cp.uint64), word, flag)
-                flag_ne(self._arena[lo:mid_lo], byte, flag)
-                flag_ne(self._arena[mid_hi:hi], byte, flag)
-            else:
-                flag_ne(self._arena[lo:hi], byte, flag)
-        if not flag.get()[0]:
+        # Every range in one launch and one read back (gate_device); the reason's figures
+        # only where something changed. The ranges' device table is kept per layout.
+        key = tuple((lo, hi) for _, lo, hi in guards)
+        table = cache_get(self._guard_tables, key)
+        if table is None:
+            table = cache_put(self._guard_tables, key, guard_table(list(key)), BUFFERS_KEPT)
+        if not any_guard_changed(self._arena, table, gate.CANARY_BYTE):
             return None
         return self._changed_guard_reason(guards)
 

@@ -130,6 +130,60 @@ def flag_ne(x, y, flag) -> None:
         _flag("!=")(x, y, flag)
 
 
+# Every guard range of a checked launch in one kernel: a block row per range, each range's
+# whole 8-byte words compared as words and its unaligned ends byte by byte. One CuPy
+# elementwise call per piece (three a range, each with its scalar copied to the device)
+# held the worker 0.3-0.6 ms a checked launch, seven launches a candidate: a quarter of a
+# one-thread tile's measurement (BENCHMARKS.md, session 23).
+_GUARDS_NE = r"""
+extern "C" __global__ void evo_guards_ne(const unsigned char* arena, const long long* ranges,
+                                         unsigned char byte, unsigned long long word, int* flag) {
+    long long lo = ranges[2 * blockIdx.y], hi = ranges[2 * blockIdx.y + 1];
+    long long wlo = (lo + 7) / 8 * 8, whi = hi / 8 * 8;
+    if (wlo >= whi) { wlo = hi; whi = hi; }  // no whole word: [lo, hi) byte by byte
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    const unsigned long long* words = (const unsigned long long*)arena;
+    for (long long i = wlo / 8 + t; i < whi / 8; i += stride)
+        if (words[i] != word) { flag[0] = 1; return; }
+    for (long long i = lo + t; i < wlo; i += stride)
+        if (arena[i] != byte) { flag[0] = 1; return; }
+    for (long long i = whi + t; i < hi; i += stride)
+        if (arena[i] != byte) { flag[0] = 1; return; }
+}
+"""
+
+
+@functools.cache
+def _guards_kernel():
+    return cupy.RawKernel(_GUARDS_NE, "evo_guards_ne")
+
+
+def guard_table(ranges: list[tuple[int, int]]):
+    """The (start, end) byte ranges of ``any_guard_changed`` as a device array (int64,
+    flat): made once per layout by the caller and kept."""
+    return cupy.asarray(np.asarray(ranges, dtype=np.int64).reshape(-1))
+
+
+def any_guard_changed(arena, table, byte: int) -> bool:
+    """Whether any byte of ``arena`` (a uint8 device array, 8-byte aligned) within the
+    ranges of ``table`` (``guard_table``) differs from ``byte``: one launch, one read back."""
+    count = table.size // 2
+    if not count:
+        return False
+    flag = new_flag()
+    word = np.uint64(int.from_bytes(bytes([byte]) * 8, "little"))
+    blocks = 4 * _multiprocessors(cupy.cuda.runtime.getDevice())
+    _guards_kernel()((blocks, count), (256,), (arena, table, np.uint8(byte), word, flag))
+    return bool(flag.get()[0])
+
+
+@functools.cache
+def _multiprocessors(device: int) -> int:
+    return cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrMultiProcessorCount,
+                                                device)
+
+
 def any_eq(x, y) -> bool:
     """Whether any element has ``x == y`` (as ``any_ne``)."""
     if not isinstance(y, cupy.ndarray):

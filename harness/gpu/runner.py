@@ -118,6 +118,7 @@ class Runner(ArenaBuffers):
         self.own_kernels: dict = {}  # gpu_timing's probe and settle kernels, by entry name
         self.copy_rates: dict = {}  # gpu_timing.copy_gbps's figures, by (bytes, caches)
         self._buffer_sets: OrderedDict = OrderedDict()  # timing's sets of the buffers
+        self._guard_tables: OrderedDict = OrderedDict()  # guard ranges on the device, by layout
         self._l2_flush = None  # cold clock64 timing's flush buffer (2x the L2), made once
         self._scratch = None  # harness.gpu.reuse_probe's decoy target, the largest asked
         gpu_timing.spin_up(self)
