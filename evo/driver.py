@@ -55,8 +55,9 @@ class GpuTurns:
 
     MEASURE, CHECK, ALONE = "measure", "check", None
 
-    def __init__(self, lend: Callable | None = None):
-        self._lend = lend  # lend(share) -> a context manager giving a device id
+    def __init__(self, lend: Callable | None = None, book: Callable | None = None):
+        self._lend = lend  # lend(share, device) -> a context manager giving a device id
+        self._book = book  # book() -> a context manager giving the device a check will use
         self._cond = threading.Condition()
         self._group: str | None = None  # the holders' group (ALONE: one holder)
         self._holders = 0
@@ -66,9 +67,14 @@ class GpuTurns:
         """A measurement's turn."""
         return contextlib.nullcontext() if self._lend else self._turn(self.MEASURE)
 
-    def checks(self):
-        """A finalist check's turn."""
-        return self._lend(share=True) if self._lend else self._turn(self.CHECK)
+    def check_gpu(self):
+        """The GPU a kernel's finalist checks will run on, chosen before their processes
+        start (a context manager giving its device id; None where GPUs are not lent)."""
+        return self._book() if self._lend and self._book else contextlib.nullcontext(None)
+
+    def checks(self, device: int | None = None):
+        """A finalist check's turn, on ``device`` where ``check_gpu`` gave one."""
+        return self._lend(share=True, device=device) if self._lend else self._turn(self.CHECK)
 
     def alone(self):
         """A turn with a GPU to itself (a peer's timing)."""

@@ -124,7 +124,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     runmeta.record_backend(run, backend)
     if run.fresh:  # set up without error: the run has started, and is the newest
         run.link_latest()
-    lock, stop, turns = threading.Lock(), threading.Event(), GpuTurns(backend.lend)
+    lock, stop, turns = threading.Lock(), threading.Event(), GpuTurns(backend.lend, backend.book)
     jobs = jobs_for(config.run.jobs, backend.offers(), len(kernels),
                     llm is not None and bool(config.llm.ncu_every))
     if config.run.jobs == 0:
@@ -201,12 +201,15 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             progress.note(f"{spec.name}: at its other captured sizes: {_sizes_said(saved.sizes)}")
             ledger.save()
         if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
-            # The GPU is taken once its processes are ready, beside other kernels' checks,
-            # never beside a timing; their CUDA contexts are made before the turn where it
-            # can only be one GPU (on several: a context on every GPU for each process).
+            # Its GPU is chosen first, its processes make their CUDA context there, and the
+            # GPU is taken once they are ready, beside other kernels' checks, never beside
+            # a timing (where GPUs are not lent, contexts first only on a run of one GPU).
             start = time.perf_counter()
-            held = check_best(spec, result, saved, ledger.events, turn=turns.checks,
-                              devices=tuple(config.run.gpus) if len(config.run.gpus) == 1 else ())
+            with turns.check_gpu() as gpu:
+                devices = (gpu,) if gpu is not None else (
+                    tuple(config.run.gpus) if len(config.run.gpus) == 1 else ())
+                held = check_best(spec, result, saved, ledger.events,
+                                  turn=functools.partial(turns.checks, gpu), devices=devices)
             spent.add("finalist check", start)
             if held:  # its processes ran on a GPU (not: resumed, or no sanitizer here)
                 spent.add_parts({report.FINALIST_GPU: held})

@@ -202,15 +202,15 @@ def test_concurrent_batches_never_share_a_worker():
 
 
 def test_a_lent_gpu_measures_nothing_while_the_others_go_on():
-    """lend: finalist checks (share=True) borrow one GPU together, a peer's timing another
+    """lend: finalist checks (share=True) booked on one GPU borrow it together, a peer's timing another
     alone; candidates measured meanwhile all go to the GPU nobody borrowed, and a lent
     GPU measures again once given back."""
     import threading
 
     backend = GpuBackend([0, 1, 2], worker_factory=_SlowWorker)
     spec = find_kernel("gemm_tile_2x2x2")
-    with backend.lend(share=True) as check_a, backend.lend(share=True) as check_b:
-        assert check_a == check_b  # checks share one GPU
+    with backend.lend(share=True, device=1) as check_a, backend.lend(share=True, device=1) as check_b:
+        assert check_a == check_b == 1  # checks booked on one GPU share it
         with backend.lend() as peer:
             assert peer != check_a
             free = ({0, 1, 2} - {check_a, peer}).pop()
@@ -241,22 +241,47 @@ def test_a_lender_waits_for_its_gpus_current_candidate():
     measuring.join()
 
 
-def test_checks_spread_over_idle_gpus_once_one_holds_its_share():
-    """lend(share=True): the fifth check at once takes another idle GPU; once every GPU
-    is lent, a check joins the least held one instead of waiting."""
+def test_checks_are_booked_on_the_least_booked_gpu_and_share_it():
+    """book: each finalist check is given the GPU fewest checks are booked on, before it
+    takes a turn (its processes make their CUDA context there first); lend(share=True,
+    device) then holds that GPU together with the checks booked on it, and gives it back
+    to the measurements when the last one is done."""
     import contextlib
-
-    from harness.backends import gpu as gpu_backend
 
     backend = GpuBackend([0, 1], worker_factory=_SlowWorker)
     with contextlib.ExitStack() as stack:
-        first = [stack.enter_context(backend.lend(share=True))
-                 for _ in range(gpu_backend.SHARERS_PER_GPU)]
-        assert len(set(first)) == 1
-        other = stack.enter_context(backend.lend(share=True))
-        assert other != first[0]
-        more = [stack.enter_context(backend.lend(share=True))
-                for _ in range(2 * gpu_backend.SHARERS_PER_GPU)]
-        assert sorted(more.count(g) for g in (0, 1)) == [gpu_backend.SHARERS_PER_GPU - 1,
-                                                        gpu_backend.SHARERS_PER_GPU + 1]
-    assert backend._idle.qsize() == 2  # both given back
+        booked = [stack.enter_context(backend.book()) for _ in range(5)]
+        assert sorted(booked.count(g) for g in (0, 1)) == [2, 3]
+        held = [stack.enter_context(backend.lend(share=True, device=g)) for g in booked]
+        assert held == booked
+        assert backend._idle.count() == 0  # both lent, each taken once
+    assert backend._idle.count() == 2  # both given back
+    with backend.book() as first, backend.book() as second:
+        assert first != second  # bookings given back: spread again
+
+
+def test_a_check_booked_on_a_busy_gpu_waits_for_it_while_measurements_use_the_others():
+    """A check booked on GPU 0 while GPU 0 measures waits for that candidate alone: no
+    further candidate goes to GPU 0 meanwhile (the others measure them), and the check
+    then holds GPU 0."""
+    import threading
+
+    backend = GpuBackend([0, 1], worker_factory=_SlowWorker)
+    spec = find_kernel("gemm_tile_2x2x2")
+    gpu0 = backend.workers[0]
+    measuring = threading.Thread(target=backend.measure_many, args=(spec, _variants(spec, 12)))
+    measuring.start()
+    deadline = time.monotonic() + 5
+    while not gpu0.busy and time.monotonic() < deadline:
+        time.sleep(0.0005)  # until a candidate is on GPU 0
+    assert gpu0.busy
+    before = gpu0.measured
+    with backend.lend(share=True, device=0) as gpu:
+        assert gpu == 0 and not gpu0.busy
+        assert gpu0.measured == before + 1  # the candidate it had, and no other
+        lent_at = gpu0.measured
+        time.sleep(0.05)
+        assert gpu0.measured == lent_at  # nothing measured on a lent GPU
+    measuring.join()
+    assert sum(w.measured for w in backend.workers) == 12
+    assert all(w.overlaps == 0 for w in backend.workers)

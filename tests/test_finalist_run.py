@@ -77,3 +77,33 @@ def test_when_every_candidate_fails_the_baseline_is_kept(monkeypatch):
     finalists.check_best(find_kernel("relu"), result, saved, lambda events: None)
     assert Genome.from_json(result.best_genome) == Genome()
     assert len(saved.finalist["demoted"]) == 2
+
+
+def test_each_finalist_check_of_a_run_makes_its_context_on_the_gpu_its_turn_gives(
+        monkeypatch, tmp_path):
+    """`evo run` on two GPUs (workers that answer at once): each kernel's finalist check
+    is booked on one GPU before its processes start; they are told that GPU alone (their
+    CUDA context is made there before the turn, BENCHMARKS.md session 23) and the turn
+    gives them that GPU."""
+    import harness.backends as backends
+    import harness.gpu.worker as worker
+    from evo import cli, host_bench
+
+    monkeypatch.setattr(worker, "GpuWorker", host_bench.InstantWorker)
+    monkeypatch.setattr(backends, "gpu_visible", lambda: (True, "instant workers"))
+    seen = []
+
+    def check(spec, ptx, launch=None, *, gpu=None, turn=None, devices=(), **_):
+        with turn() as given:
+            seen.append((spec.name, given, devices))
+        return finalist.FinalistResult(True, "ok", {"gpu_held_s": 0.1})
+
+    monkeypatch.setattr(finalist, "check_finalist", check)
+    kernels = ["gemm_tile_2x2x4", "gemm_tile_4x4x4", "gemm_tile_2x4x8", "gemm_tile_4x6x8"]
+    code = cli.main(["run", *[a for k in kernels for a in ("--kernel", k)], "--gpus", "0,1",
+                     "--generations", "2", "--pop", "4", "--out", str(tmp_path / "run"),
+                     "--store", str(tmp_path / "s.sqlite"), "-q"])
+    assert code == 0
+    assert seen, "no kernel's best was checked"
+    for name, given, devices in seen:
+        assert given in (0, 1) and devices == (given,), (name, given, devices)

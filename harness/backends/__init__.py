@@ -65,7 +65,8 @@ class Backend:
     writes_store = True
     wants_clock_ptx = False  # whether clock64 variants should come with their clock64 twin (gpu)
     remeasures = False  # a second measurement of the same code is a new reading (gpu), not a copy
-    lend = None  # or lend(share) -> one GPU's id, kept from measurements while held (gpu)
+    lend = None  # or lend(share, device) -> one GPU's id, kept from measurements while held (gpu)
+    book = None  # or book() -> the GPU a finalist check's processes will run on (gpu)
     chosen_because = ""
 
     def compile_many(self, ptx_list: list[str], arch: str, workers: int) -> list[CompileResult]:

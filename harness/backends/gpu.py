@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import queue
 import random
 import socket
 import threading
@@ -35,8 +34,42 @@ from harness.record import Measurement
 #: Fresh input sets per candidate for the correctness gate.
 CHECK_SEEDS = 5
 
-#: Finalist checks (``lend(share=True)``) on one GPU before another idle one is taken.
-SHARERS_PER_GPU = 4
+class IdleWorkers:
+    """The workers free to measure. A measurement takes any; a finalist check the one it
+    was booked on (``GpuBackend.book``), and while a check waits for its worker no
+    measurement is given that one, so the check waits for one candidate at most."""
+
+    def __init__(self, workers):
+        self._cond = threading.Condition()
+        self._free = list(workers)
+        self._wanted: dict = {}  # worker -> checks waiting for it
+
+    def take(self, worker=None):
+        """``worker`` once it is free, or any free worker no check waits for."""
+        with self._cond:
+            if worker is None:
+                self._cond.wait_for(lambda: any(w not in self._wanted for w in self._free))
+                worker = next(w for w in self._free if w not in self._wanted)
+            else:
+                self._wanted[worker] = self._wanted.get(worker, 0) + 1
+                try:
+                    self._cond.wait_for(lambda: worker in self._free)
+                finally:
+                    self._wanted[worker] -= 1
+                    if not self._wanted[worker]:
+                        del self._wanted[worker]
+                        self._cond.notify_all()  # given up (interrupted): others may take it
+            self._free.remove(worker)
+            return worker
+
+    def give(self, worker) -> None:
+        with self._cond:
+            self._free.append(worker)
+            self._cond.notify_all()
+
+    def count(self) -> int:
+        with self._cond:
+            return len(self._free)
 
 
 class GpuBackend(Backend):
@@ -75,13 +108,13 @@ class GpuBackend(Backend):
                            "measure on one model at a time so results are comparable")
         self.device = names.pop()
         self.gpus = list(gpus)
-        # One queue of idle workers for the backend, not per call: two batches measured
+        # One pool of idle workers for the backend, not per call: two batches measured
         # at once (a pipelined caller) must never talk to one worker at the same time.
-        self._idle: queue.Queue = queue.Queue()
-        for w in self.workers:
-            self._idle.put(w)
-        self._sharing = threading.Lock()  # guards _shared, for lend(share=True)
+        self._idle = IdleWorkers(self.workers)
+        self._sharing = threading.Condition()  # guards the three below
+        self._booked = {w: 0 for w in self.workers}  # worker -> finalist checks booked on it
         self._shared: dict = {}  # worker lent to sharers -> how many hold it
+        self._lent: set = set()  # the shared workers already taken from the idle pool
         self.host = socket.gethostname()
         self._baseline_cubins: dict[str, bytes] = {}
 
@@ -146,41 +179,64 @@ class GpuBackend(Backend):
         return {**super().offers(), "measure_slots": len(self.workers)}  # one per GPU
 
     @contextlib.contextmanager
-    def lend(self, share: bool = False):
+    def book(self):
+        """The device id a finalist check will run on, chosen before its processes start,
+        so that they make their CUDA context there and on no other GPU before their turn
+        (``lend(share=True, device=...)``): the GPU fewest checks are booked on. Made in
+        the turn, sixteen checks' contexts at once on four GPUs held each GPU 8-15 s a
+        check, made before 0.2-5 s (BENCHMARKS.md, session 23)."""
+        with self._sharing:
+            worker = min(self.workers, key=lambda w: self._booked[w])
+            self._booked[worker] += 1
+        try:
+            yield worker.device_id
+        finally:
+            with self._sharing:
+                self._booked[worker] -= 1
+
+    @contextlib.contextmanager
+    def lend(self, share: bool = False, device: int | None = None):
         """One GPU, its device id, kept from measurements while the caller holds it (a
         finalist check's processes, a peer's timing); taken once its current candidate
-        is done, in turn with the measurements waiting for a GPU. ``share``: callers that
-        may run beside one another (finalist checks: they time nothing) join a GPU already
-        lent to such callers, the least held, and take another only where each holds
-        ``SHARERS_PER_GPU`` and one is idle, so the other GPUs keep measuring.
-        Before, a finalist check held every GPU of the run: with two GPUs resnet50's model
-        job ran 1.37x faster than with one (BENCHMARKS.md, session 17); with every check
-        on one lent GPU, sixteen kernels' checks at once took 13-22 s each on four GPUs
-        against 2-10 s on one (session 20)."""
+        is done. ``share``: callers that may run beside one another (finalist checks: they
+        time nothing) hold the GPU ``device`` together (booked with ``book``; None: booked
+        here); it goes back to measuring when the last of them is done. Otherwise any idle
+        GPU, to the caller alone. The other GPUs go on measuring meanwhile; before, a
+        finalist check held every GPU of the run (with two GPUs resnet50's model job ran
+        1.37x faster than with one, BENCHMARKS.md session 17)."""
         if not share:
-            worker = self._idle.get()
+            worker = self._idle.take()
             try:
                 yield worker.device_id
             finally:
-                self._idle.put(worker)
+                self._idle.give(worker)
             return
-        with self._sharing:  # waiting for a first GPU here holds back the sharers after it
-            held = min(self._shared, key=lambda w: self._shared[w], default=None)
-            if held is None or self._shared[held] >= SHARERS_PER_GPU:
-                try:
-                    held = self._idle.get_nowait()
-                except queue.Empty:
-                    held = held or self._idle.get()
-                self._shared.setdefault(held, 0)
-            self._shared[held] += 1
+        if device is None:
+            with self.book() as booked, self.lend(share=True, device=booked) as gpu:
+                yield gpu
+            return
+        worker = next(w for w in self.workers if w.device_id == device)
+        with self._sharing:
+            self._shared[worker] = self._shared.get(worker, 0) + 1
+            first = self._shared[worker] == 1
         try:
-            yield held.device_id
+            if first:  # takes it from the measurements; later sharers wait for that
+                self._idle.take(worker)
+                with self._sharing:
+                    self._lent.add(worker)
+                    self._sharing.notify_all()
+            else:
+                with self._sharing:
+                    self._sharing.wait_for(lambda: worker in self._lent)
+            yield device
         finally:
             with self._sharing:
-                self._shared[held] -= 1
-                if self._shared[held] == 0:
-                    del self._shared[held]
-                    self._idle.put(held)
+                self._shared[worker] -= 1
+                if not self._shared[worker]:
+                    del self._shared[worker]
+                    if worker in self._lent:
+                        self._lent.discard(worker)
+                        self._idle.give(worker)
 
     # ------------------------------------------------------------------ measuring
     def measure_many(self, spec, variants: list[Variant],
@@ -221,11 +277,11 @@ class GpuBackend(Backend):
             if isinstance(request, str):
                 return Measurement(kernel=spec.name, device=self.device, valid=False,
                                    reason=f"launch error: {request}", backend=self.name)
-            worker = idle.get()  # whichever GPU is free: one candidate per GPU at a time
+            worker = idle.take()  # whichever GPU is free: one candidate per GPU at a time
             try:
                 m = worker.measure(request)
             finally:
-                idle.put(worker)
+                idle.give(worker)
             m.notes = {**m.notes, "gpu": worker.device_id, "host": self.host}
             return m
 
