@@ -56,6 +56,11 @@ DRIVER_FAILED = "driver failed"
 PADDING_BYTES = 4096  # memcheck --padding: a gap after every allocation, so reads past one
 # buffer's end do not land in the next buffer (which memcheck would take for valid)
 PRINT_LIMIT = 100  # errors printed: every API error of a clean run, so that all are discounted
+KERNEL_FILTER = ("--kernel-name", "kne={entry}")
+"""The sanitizer's option that makes it check the variant's kernel alone (its entry's exact
+name): the driver's own kernels (CuPy's input draws and poison fills over hundreds of MB
+for a model's kernels) then run without its instrumentation, and their modules are not
+patched at load. API errors are still seen."""
 DRIVER_OK = "evo-finalist-driver: ok"
 """The line the driver prints after a launch that synchronized without a CUDA error."""
 
@@ -293,8 +298,10 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
         tools = [MEMCHECK, RACECHECK] if uses_shared_memory(spec, ptx) else [MEMCHECK]
         if RACECHECK not in tools:
             details[RACECHECK] = "skipped: the kernel uses no shared memory"
+        entry = (launch.entry if launch is not None else None) or spec.entry
         commands = {tool: [exe, "--tool", tool, "--print-limit", str(PRINT_LIMIT),
                            *(["--padding", str(PADDING_BYTES)] if tool == MEMCHECK else []),
+                           *(arg.format(entry=entry) for arg in KERNEL_FILTER),
                            *_driver_cmd(cubin, spec_path, launch, seed, devices=devices)]
                     for tool in tools}
         outs = [Path(tmp, f"run{i}.npz") for i in (1, 2)]
