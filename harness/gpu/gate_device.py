@@ -133,7 +133,7 @@ def flag_ne(x, y, flag) -> None:
 # Every guard range of a checked launch in one kernel: a block row per range, each range's
 # whole 8-byte words compared as words and its unaligned ends byte by byte. One CuPy
 # elementwise call per piece (three a range, each with its scalar copied to the device)
-# held the worker 0.3-0.6 ms a checked launch, seven launches a candidate: a quarter of a
+# held the worker 0.3-0.6 ms a checked launch, seven launches a candidate: a fifth of a
 # one-thread tile's measurement (BENCHMARKS.md, session 23).
 _GUARDS_NE = r"""
 extern "C" __global__ void evo_guards_ne(const unsigned char* arena, const long long* ranges,
