@@ -95,3 +95,25 @@ def test_the_guard_agrees_with_the_suites_hand_written_specs():
     bn = find_kernel("batchnorm_infer")
     names = {f"{bn.entry}_param_{i}": p.name for i, p in enumerate(bn.params)}
     assert {names[q] for q in index_guard(bn.ptx_text(), bn.entry).indexed} == {"x", "y"}
+
+
+SCALE_ADD, CLAMP, HALF_SQ = "_Z9scale_addIfEvPT_PKS0_S0_x", "_Z12clamp_struct6Params", "_Z7half_sqP6__halfPKS_i"
+
+
+def test_cxx_kernels_an_int64_size_a_half_and_a_struct():
+    """nvcc's C++ kernels (tests/data/init_kernel/cxx.cu): the int64 size the index guard
+    bounds by is a scalar, not a pointer; __half data moved as .u16 is said to be f16 or
+    bf16; a struct passed by value is refused with what to do instead."""
+    import pytest
+
+    from harness.kernels.spec import SpecError
+
+    ptx = (DATA / "cxx.ptx").read_text()
+    table = tomllib.loads(spec_skeleton(ptx, SCALE_ADD).replace('"TODO"', "2.0"))
+    y, x, a, n = table["params"]
+    assert (n["kind"], n["dtype"], n["value"]) == ("scalar", "u64", y["count"])
+    assert (y["role"], x["role"], a["kind"]) == ("inout", "in", "scalar")
+    half = spec_skeleton(ptx, HALF_SQ)
+    assert half.count("f16 or bf16? (from") == 2 and "not accessed" not in half
+    with pytest.raises(SpecError, match=r"param param_0 is 32 bytes \(a struct passed by value"):
+        spec_skeleton(ptx, CLAMP)

@@ -60,3 +60,39 @@ def test_from_call_with_cupy_arrays_measures_and_a_gene_keeps_it_right(tmp_path)
     assert base.valid, base.reason
     variant = evo.measure(spec, "vec_ld(width=4)", backend="gpu", store=":memory:")
     assert variant.valid, variant.reason
+
+
+@pytest.mark.parametrize("entry, fill", [
+    ("_Z9scale_addIfEvPT_PKS0_S0_x", {'value = "TODO"': "value = 2.0"}),
+    ("_Z7half_sqP6__halfPKS_i", {'dtype = "TODO"': 'dtype = "f16"'})])
+def test_cxx_kernels_with_mangled_names_measure_and_pass_the_finalist_check(tmp_path, entry, fill):
+    """nvcc's C++ kernels (tests/data/init_kernel/cxx.cu: a template instance with an int64
+    size, __half moved as .u16): their skeletons pass the gate and the finalist check,
+    whose compute-sanitizer checks the kernel named by its mangled entry; with the index
+    guard taken out and one block more, memcheck sees the writes past the output (so the
+    name it was given is the kernel's: a name matching no kernel would check nothing)."""
+    import re
+
+    from evo import api
+    from genomes.launch import Launch
+    from harness.gpu.finalist import MEMCHECK, check_finalist
+    from harness.kernels.spec import load_spec
+    from harness.kernels.spec_ptx import spec_skeleton
+
+    text = spec_skeleton((DATA / "cxx.ptx").read_text(), entry, ptx_name=str(DATA / "cxx.ptx"))
+    for todo, value in fill.items():
+        text = text.replace(todo, value)
+    path = tmp_path / "k.toml"
+    path.write_text(text)
+    m = api.measure(str(path), backend="gpu", store=":memory:")
+    assert m.valid, m.reason
+    spec = load_spec(path)
+    r = check_finalist(spec, spec.ptx_text())
+    if not r.ran:
+        pytest.skip(f"finalist check not run here: {r.reason}")
+    assert r.ok, (r.reason, r.details)
+    unguarded = re.sub(r"\n\s*@%p1 bra\s+\$L__BB\d+_2;", "\n", spec.ptx_text(), count=1)
+    assert unguarded != spec.ptx_text()
+    wider = Launch((spec.grid[0] + 1, 1, 1), spec.block, spec.entry)
+    r = check_finalist(spec, unguarded, wider)
+    assert not r.ok and r.reason.startswith(MEMCHECK), (r.reason, r.details)

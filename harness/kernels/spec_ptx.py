@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from harness.kernels.spec import DTYPE_BITS, BufferParam, KernelSpec, SpecError, _suggest
 
 _PTX_SCALAR_DTYPES = {"u32": "u32", "s32": "i32", "b32": "u32", "f32": "f32", "f64": "f64", "s64": "i64",
-                      "u8": "u8", "b8": "u8", "s8": "i8", "f16": "f16", "b16": "f16"}
+                      "u64": "u64", "b64": "u64", "u8": "u8", "b8": "u8", "s8": "i8", "f16": "f16",
+                      "b16": "f16"}
 _PTX_WIDTH = re.compile(r"\.[bsuf](8|16|32|64)")
 
 
@@ -107,7 +108,10 @@ def uses_dynamic_shared(ptx_text: str, entry: str) -> str | None:
 # A global access's type -> the buffer dtype it proves; untyped bits say only the width.
 _ACCESS_DTYPES = {"f32": "f32", "f64": "f64", "f16": "f16", "s32": "i32", "u32": "u32",
                   "s64": "i64", "u64": "u64", "s8": "i8", "u8": "u8", "bf16": "bf16"}
+# nvcc moves __half and __nv_bfloat16 data with .u16 loads and stores (evo has no 16-bit
+# integer dtype): 16-bit accesses of any suffix say the width only.
 _BITS_GUESS = {"b8": ("u8", "u8 or i8"), "b16": ("f16", "f16 or bf16"),
+               "u16": ("f16", "f16 or bf16"), "s16": ("f16", "f16 or bf16"),
                "b32": ("f32", "f32, i32 or u32"), "b64": ("f64", "f64, i64 or u64")}
 
 
@@ -184,14 +188,21 @@ def params_read(ptx_text: str, entry: str) -> frozenset[str]:
 def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None = None) -> str:
     """A TOML spec skeleton for one PTX entry, with "TODO" where only the user knows.
 
-    64-bit params (.u64 / .b64) become buffers, the rest scalars of the matching dtype
-    (value TODO). A buffer's dtype and role come from the body's global accesses where
-    they prove them (``pointer_uses``), each line saying which; its count stays TODO.
-    load_spec rejects any remaining "TODO" by name. With one entry in the PTX, `entry` may
-    be omitted; `ptx_name` defaults to "<entry>.ptx".
+    64-bit params (.u64 / .b64) become buffers, but for the size the index guard bounds
+    by (an int64 n), the rest scalars of the matching dtype (value TODO). A buffer's dtype
+    and role come from the body's global accesses where they prove them
+    (``pointer_uses``), each line saying which; its count stays TODO. load_spec rejects
+    any remaining "TODO" by name. With one entry in the PTX, `entry` may be omitted;
+    `ptx_name` defaults to "<entry>.ptx". A param wider than 8 bytes (a struct passed by
+    value) is a SpecError: a spec's params are pointers and scalars.
     """
     entries = ptx_entries(ptx_text)
     entry = choose_entry(entries, entry, "--entry")
+    wide = next((p for p in entries[entry] if p.bits > 64), None)
+    if wide is not None:
+        raise SpecError(f"{entry}: param {wide.name.removeprefix(entry + '_')} is {wide.bits // 8} bytes (a struct passed "
+                        "by value, such as a __grid_constant__ one); evo's specs take pointers "
+                        "and scalars of up to 8 bytes: pass its fields as separate parameters")
     from harness.kernels.ptx_index import index_guard
 
     try:
@@ -217,13 +228,14 @@ def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None 
     for i, ptx in enumerate(entries[entry]):
         name = ptx.name.removeprefix(entry + "_")
         lines += ["", "[[params]]", f'name = "{name if name.isidentifier() else f"p{i}"}"']
-        if ptx.bits == 64 and ptx.ptx_type in ("u64", "b64"):
+        bound = guard is not None and guard.size == ptx.name
+        if ptx.bits == 64 and ptx.ptx_type in ("u64", "b64") and not bound:
             lines += ['kind = "buffer"'] + _buffer_lines(uses.get(ptx.name), guard, ptx.name,
                                                          size if guard is not None else "")
         else:
-            dtype = _PTX_SCALAR_DTYPES.get(ptx.ptx_type, "TODO") if ptx.bits <= 64 else "TODO"
+            dtype = _PTX_SCALAR_DTYPES.get(ptx.ptx_type, "TODO")
             lines += ['kind = "scalar"', f'dtype = "{dtype}"                   # from .{ptx.ptx_type}']
-            if guard is not None and guard.size == ptx.name:
+            if bound:
                 lines.append(f"value = {GUARDED_COUNT}".ljust(32) + "# the size the index guard "
                              "bounds by (evo's choice: change it with the counts and the grid)")
             else:
@@ -246,7 +258,8 @@ def _buffer_lines(use: PointerUse | None, guard=None, param: str = "",
     elif use and use.guess:
         dtype, why = "TODO", f"{use.guess}? ({seen})"
     else:
-        dtype, why = "TODO", "not accessed as global memory here: f32 f64 f16 bf16 i32 u32 ..."
+        dtype, why = "TODO", ("not accessed as global memory here: f32 f64 f16 bf16 i32 u32 ..., "
+                              'or a 64-bit scalar (kind = "scalar", dtype i64 or u64)')
     lines = [f'dtype = "{dtype}"'.ljust(32) + f"# {why}"]
     if guard is not None and param in guard.indexed:
         lines.append(f"count = {GUARDED_COUNT}".ljust(32)
