@@ -19,6 +19,7 @@ def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
     """Kernels named by suite names, glob patterns over the suite, spec/PTX paths, glob
     patterns over paths (``mydir/*.toml``: those with a ``/`` or a .toml/.ptx suffix), or
     capture folders (``evo.capture``'s: their kernels, the largest share of the step first)."""
+    from evo import checkpoint
     from evo.model import capture
 
     suite = list_kernels()
@@ -28,6 +29,12 @@ def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
         folder = Path(os.path.expanduser(pattern))
         if (folder / capture.MANIFEST).is_file():  # a capture: its kernels, largest share first
             matches = _installable(folder, capture.read(folder))
+        elif folder.is_dir():
+            run = (folder / checkpoint.FILE).is_file()
+            raise EvoError(f"{pattern} is {'a run folder' if run else 'a folder'}, not a capture "
+                           f"(no {capture.MANIFEST}): a model's kernels come from "
+                           "`evo capture -o DIR -- python app.py`; kernels one by one are "
+                           "named (suite names) or given as .toml/.ptx files")
         elif is_glob and ("/" in pattern or pattern.endswith((".toml", ".ptx"))):
             files = sorted(f for f in glob.glob(os.path.expanduser(pattern))
                            if f.endswith((".toml", ".ptx")) and os.path.isfile(f))

@@ -181,6 +181,21 @@ def test_a_folder_without_a_manifest_is_one_clear_error(tmp_path):
         capture.read(tmp_path / "c")
 
 
+def test_evo_run_model_on_a_folder_that_is_no_capture_says_so(tmp_path, capsys):
+    """`evo run --model` given a plain folder or a run folder (a user's slip): exit 2 with
+    what the folder is and where a capture comes from, not "cannot read: Is a directory"."""
+    from evo.checkpoint import FILE
+    from evo.cli import main
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / FILE).write_text("{}")
+    for folder, said in ((tmp_path, "is a folder, not a capture"),
+                         (tmp_path / "run", "is a run folder, not a capture")):
+        assert main(["run", "--model", str(folder), "--backend", "static", "-q"]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "evo capture -o DIR" in err and "Is a directory" not in err, err
+
+
 @needs_ptxas
 def test_evo_run_model_evolves_a_captures_kernels_largest_share_first(tmp_path, capsys):
     from evo.cli import main
