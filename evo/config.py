@@ -34,7 +34,7 @@ class RunConfig:
     suite: list = _opt(["gemm_tile_4x6x8"], doc="kernel names or glob patterns",
                        item=(str, None, "kernel names or glob patterns (non-empty strings)"))
     strategy: str = _opt("evolve", choices=STRATEGIES)
-    generations: int = _opt(9, lo=0, hi=100000)
+    generations: int = _opt(9, lo=1, hi=100000)
     pop: int = _opt(5, lo=1, hi=10000)
     max_evals: int = _opt(0, lo=0, doc="evaluations per kernel; 0 = no cap")
     budget_evals: int = _opt(0, lo=0, doc="evaluations for all kernels together, split by "

@@ -27,6 +27,8 @@ def test_dumps_round_trips():
     ({"rnu": {}}, "unknown section [rnu] (did you mean 'run'?)"),
     ({"run": {"pop": "5"}}, "[run] pop must be int"),
     ({"run": {"pop": 0}}, "[run] pop must be in 1..10000"),
+    # no generation measures nothing, not even the baseline (the run said it had failed)
+    ({"run": {"generations": 0}}, "[run] generations must be in 1..100000"),
     ({"run": {"strategy": "evolv"}}, "did you mean 'evolve'?"),
     ({"evolve": {"cxpb": 1.5}}, "[evolve] cxpb must be in 0.0..1.0"),
     ({"run": {"seed": True}}, "[run] seed must be int"),
