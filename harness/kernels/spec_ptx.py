@@ -234,7 +234,10 @@ def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None 
                                                          size if guard is not None else "")
         else:
             dtype = _PTX_SCALAR_DTYPES.get(ptx.ptx_type, "TODO")
-            lines += ['kind = "scalar"', f'dtype = "{dtype}"                   # from .{ptx.ptx_type}']
+            why = f"from .{ptx.ptx_type}" + (
+                ": evo has no 16-bit integer dtype; widen the parameter to int"
+                if ptx.ptx_type in ("u16", "s16") else "")
+            lines += ['kind = "scalar"', f'dtype = "{dtype}"                   # {why}']
             if bound:
                 lines.append(f"value = {GUARDED_COUNT}".ljust(32) + "# the size the index guard "
                              "bounds by (evo's choice: change it with the counts and the grid)")

@@ -1,5 +1,5 @@
 // C++ kernels as a user writes them (mangled entry names): a template instance with an
-// int64 size, half precision moved by nvcc as .u16, and a struct passed by value.
+// int64 size, half precision moved by nvcc as .u16, a struct passed by value and a short.
 // nvcc -arch=sm_90 -ptx cxx.cu -o cxx.ptx
 #include <cuda_fp16.h>
 template <typename T>
@@ -18,4 +18,9 @@ __global__ void clamp_struct(const __grid_constant__ Params p) {
 __global__ void half_sq(__half* y, const __half* x, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = __hmul(x[i], x[i]);
+}
+
+extern "C" __global__ void shifted(float* y, const float* x, int n, short shift) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] * (float)shift;
 }
