@@ -81,3 +81,12 @@ def test_capture_and_verify_say_what_is_missing_before_running_anything(app, tmp
         assert main(["capture", "--out", str(tmp_path / "c"), "--", "python", app]) == 1
         assert "needs PyTorch" in capsys.readouterr().err
         assert not (tmp_path / "c").exists()
+        # the Python API as well: evo's error, not a bare ModuleNotFoundError
+        import pytest
+
+        import evo
+        from genomes.errors import RuntimeFailure
+
+        with pytest.raises(RuntimeFailure, match="evo.capture needs PyTorch"):
+            evo.capture(lambda x: x, 1, out=tmp_path / "c")
+        assert not (tmp_path / "c").exists()

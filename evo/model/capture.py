@@ -239,8 +239,9 @@ def capture(fn, *inputs, out, warmup: int = 1, profile: bool = True) -> dict:
     """Capture the Triton kernels of one call of ``fn(*inputs)`` (a step of a
     ``torch.compile``d program) into the folder ``out``; returns the manifest (module
     docstring). ``warmup`` calls first compile and autotune, unrecorded."""
-    import torch
+    from evo.model.program import need_torch
 
+    torch = need_torch("evo.capture")  # a clear RuntimeFailure without torch or a GPU
     for _ in range(warmup):
         fn(*inputs)
     torch.cuda.synchronize()
