@@ -13,7 +13,7 @@ are i32 (i64 beyond 32 bits), floats f32, as Triton types them. Constexpr parame
 
 from __future__ import annotations
 
-from genomes.errors import EvoError
+from genomes.errors import EvoError, RuntimeFailure
 
 from evo.ptx_call import ARRAY_DTYPES
 
@@ -23,7 +23,11 @@ def from_triton_call(fn, grid, *args, name: str | None = None, folder=None,
     """Launch the ``@triton.jit`` function ``fn`` on ``grid`` with the call's arguments and
     return the KernelSpec of that launch (module docstring). ``grid``: an int or a tuple
     (a grid function is the caller's to evaluate)."""
-    import torch
+    try:
+        import torch
+    except ImportError as err:
+        raise RuntimeFailure(f"from_triton_call needs PyTorch: the call's arguments are torch "
+                             f"tensors ({err}): pip install torch") from None
 
     from evo import api
 

@@ -90,3 +90,5 @@ def test_capture_and_verify_say_what_is_missing_before_running_anything(app, tmp
         with pytest.raises(RuntimeFailure, match="evo.capture needs PyTorch"):
             evo.capture(lambda x: x, 1, out=tmp_path / "c")
         assert not (tmp_path / "c").exists()
+        with pytest.raises(RuntimeFailure, match="from_triton_call needs PyTorch"):
+            evo.from_triton_call(lambda x: x, 1)
