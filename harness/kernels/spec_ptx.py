@@ -200,8 +200,9 @@ def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None 
     entry = choose_entry(entries, entry, "--entry")
     wide = next((p for p in entries[entry] if p.bits > 64), None)
     if wide is not None:
-        raise SpecError(f"{entry}: param {wide.name.removeprefix(entry + '_')} is {wide.bits // 8} bytes (a struct passed "
-                        "by value, such as a __grid_constant__ one); evo's specs take pointers "
+        name = wide.name.removeprefix(entry + "_")
+        raise SpecError(f"{entry}: param {name} is {wide.bits // 8} bytes (a struct passed by "
+                        "value, such as a __grid_constant__ one); evo's specs take pointers "
                         "and scalars of up to 8 bytes: pass its fields as separate parameters")
     from harness.kernels.ptx_index import index_guard
 
