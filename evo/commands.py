@@ -234,6 +234,7 @@ def cmd_stability(args) -> int:
 def cmd_run(args) -> int:
     from evo import config as config_mod
     from evo import run, runmeta
+    from evo.run_kernels import anchored
 
     flags = {"generations": args.generations, "pop": args.pop, "max_evals": args.max_evals,
              "budget_evals": args.budget_evals,
@@ -261,6 +262,8 @@ def cmd_run(args) -> int:
             config = config.override("cluster", address=args.cluster)
         if args.llm_rate is not None:
             config = config.override("llm", rate=args.llm_rate)
+        # kernels named by path are kept absolute in the run's config.toml
+        config = config.override("run", suite=anchored(config.run.suite))
     try:
         if args.resume:
             with runmeta.recorded(rundir, getattr(args, "argv", None), True):

@@ -15,6 +15,29 @@ from harness.kernels.spec import KernelSpec
 from harness.kernels.suite import find_kernel, list_kernels
 
 
+def anchored(patterns: list[str]) -> list[str]:
+    """``patterns`` with every one that names a file or folder (a path, a glob over paths,
+    a capture folder) made absolute, suite names and suite globs as they are: a run's
+    config.toml then finds its kernels again from any directory (``evo export``, ``evo
+    run --resume``), as ``resolve_suite`` reads them."""
+    out = []
+    for pattern in patterns:
+        path = os.path.expanduser(pattern)
+        if "/" in pattern or pattern.endswith((".toml", ".ptx")) or os.path.exists(path):
+            out.append(os.path.abspath(path))
+        else:
+            out.append(pattern)
+    return out
+
+
+def _as_typed(pattern: str) -> str:
+    """A pattern ``anchored`` made absolute, relative again where it lies under the
+    current directory: an error quotes it as the user typed it."""
+    if os.path.isabs(pattern) and pattern.startswith(os.getcwd() + os.sep):
+        return os.path.relpath(pattern)
+    return pattern
+
+
 def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
     """Kernels named by suite names, glob patterns over the suite, spec/PTX paths, glob
     patterns over paths (``mydir/*.toml``: those with a ``/`` or a .toml/.ptx suffix), or
@@ -31,7 +54,7 @@ def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
             matches = _installable(folder, capture.read(folder))
         elif folder.is_dir():
             run = (folder / checkpoint.FILE).is_file()
-            raise EvoError(f"{pattern} is {'a run folder' if run else 'a folder'}, not a capture "
+            raise EvoError(f"{_as_typed(pattern)} is {'a run folder' if run else 'a folder'}, not a capture "
                            f"(no {capture.MANIFEST}): a model's kernels come from "
                            "`evo capture -o DIR -- python app.py`; kernels one by one are "
                            "named (suite names) or given as .toml/.ptx files")
@@ -39,7 +62,7 @@ def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
             files = sorted(f for f in glob.glob(os.path.expanduser(pattern))
                            if f.endswith((".toml", ".ptx")) and os.path.isfile(f))
             if not files:
-                raise EvoError(f"path pattern {pattern!r} matches no .toml or .ptx file")
+                raise EvoError(f"path pattern {_as_typed(pattern)!r} matches no .toml or .ptx file")
             matches = [find_kernel(Path(f)) for f in files]
         elif is_glob:
             matches = [k for k in suite if fnmatch.fnmatch(k.name, pattern)]

@@ -498,3 +498,26 @@ def test_two_kernels_of_one_name_and_a_name_that_is_a_path_are_refused(tmp_path,
     (other / "escape.toml").write_text(escape)
     fails(capsys, ["run", "--kernel", str(other / "escape.toml"), "--backend", "static",
                    "--out", str(tmp_path / "r")], "'name' must be a file name")
+
+
+# ------------------------------------------------------------ kernels named by a relative path
+@needs_ptxas
+def test_a_run_of_a_relative_spec_path_is_exported_and_resumed_from_elsewhere(
+        tmp_path, monkeypatch, capsys):
+    """`evo run --kernel mine/k.toml` in one directory: the run's config.toml keeps the
+    path absolute, so `evo export` and `evo run --resume` work from any other directory
+    (they said "cannot read the run's kernels again ... run evo export where the run was
+    started"); suite names stay names."""
+    copy_kernel(tmp_path / "project" / "mine", "k")
+    monkeypatch.chdir(tmp_path / "project")
+    args = static_run(tmp_path / "run", tmp_path / "s.sqlite")
+    args[args.index("--kernel") + 1] = "mine/k.toml"
+    assert main([str(a) for a in [*args, "--kernel", "relu"]]) == 0, capsys.readouterr().err
+    suite = tomllib.loads((tmp_path / "run" / "config.toml").read_text())["run"]["suite"]
+    assert suite == [str(tmp_path / "project" / "mine" / "k.toml"), "relu"]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "run"), "k"]) == 0, capsys.readouterr().err
+    assert main(["run", "--resume", str(tmp_path / "run"), "--generations", "2", "-q"]) == 0, \
+        capsys.readouterr().err
