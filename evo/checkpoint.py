@@ -113,6 +113,12 @@ def kernels(checkpoint: dict) -> dict[str, KernelEntry]:
     return {name: KernelEntry(data) for name, data in checkpoint.get(KERNELS, {}).items()}
 
 
+def estimated(checkpoint: dict) -> bool:
+    """Whether the run's figures are the static backend's (``BACKEND``, its description):
+    estimates from ptxas and the SASS, no GPU ran or checked any of its kernels."""
+    return "static" in checkpoint.get(BACKEND, "").split(" on ", 1)[0]
+
+
 def section(checkpoint: dict, name: str) -> dict:
     """A per-kernel section (``PER_KERNEL``), made where missing."""
     if name not in PER_KERNEL:

@@ -25,6 +25,7 @@ import json
 import tomllib
 from pathlib import Path
 
+from evo.checkpoint import BACKEND, estimated
 from evo.rundir import RunDir, write_atomic
 from genomes.errors import EvoError
 from genomes.genome import Genome
@@ -123,8 +124,8 @@ def export_kernel(run_path: Path, kernel: str, out: Path | None = None,
     result = next((r for r in results_from_checkpoint(run, strategy) if r.kernel == kernel),
                   None)
     measured = speedup(result) if result else None
-    backend = run.read_checkpoint().get("backend", "")
-    static = "static" in backend.split(" on ", 1)[0]  # the static backend estimates
+    saved = run.read_checkpoint()
+    backend, static = saved.get(BACKEND, ""), estimated(saved)
     params = [{"name": p.name, "kind": p.kind, "dtype": p.dtype} for p in spec.params]
     description = {
         "kernel": kernel, "entry": spec.entry, "arch": compiled.arch,

@@ -45,6 +45,28 @@ def _python(code: str, env: dict) -> subprocess.CompletedProcess:
                           env={**os.environ, **env}, timeout=120)
 
 
+@needs_ptxas
+def test_a_static_run_is_never_installed(tmp_path, capsys):
+    """A run searched by the static backend (estimates: no GPU ran or checked its kernels):
+    `evo install` refuses it (exit 2, saying why and what to run), and so does evo.install
+    (the start-up hook then says so and the program runs its own kernels). It printed
+    "1 kernel(s) to install" and the environment that would launch an unchecked kernel."""
+    import pytest
+
+    import evo
+    from genomes.errors import EvoError
+
+    run = tmp_path / "run"
+    assert main(["run", "--model", str(DECODER), "--backend", "static", "--generations", "2",
+                 "--pop", "3", "--out", str(run), "--store", str(tmp_path / "s.sqlite"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["install", "--model", str(DECODER), "--run", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "searched by the static backend" in err and "--backend gpu" in err, err
+    with pytest.raises(EvoError, match="no GPU ran or checked"):
+        evo.install(model=str(DECODER), run=str(run))
+
+
 def test_the_start_up_hook_is_silent_says_a_bad_value_and_runs_what_it_shadows(tmp_path):
     assert (AUTOINSTALL / "sitecustomize.py").is_file()
     shadowed = tmp_path / "theirs"

@@ -65,7 +65,7 @@ def plan(capture_dir, run_dir, arch: str | None = None, verified: bool = True) -
     from harness.compile import compile_ptx
 
     from evo.checkpoint import FILE as CHECKPOINT_FILE
-    from evo.checkpoint import kernels
+    from evo.checkpoint import estimated, kernels
     from evo.checkpoint import read as read_checkpoint
     from evo.llm.occupancy import ptx_target
     from evo.model.capture import read, read_at_run_time, same_code
@@ -74,8 +74,13 @@ def plan(capture_dir, run_dir, arch: str | None = None, verified: bool = True) -
     if not (run / CHECKPOINT_FILE).is_file():
         raise EvoError(f"{run} is not a run folder (no {CHECKPOINT_FILE}): the --out of "
                        f"evo run --model {capture_dir}")
+    saved = read_checkpoint(run)
+    if estimated(saved):  # a program must never run a kernel no GPU has checked
+        raise EvoError(f"{run} was searched by the static backend: its bests are estimates "
+                       "that no GPU ran or checked, so none is installed; evolve on a GPU "
+                       f"first (evo run --model {capture_dir} --backend gpu)")
     manifest = read(capture_dir)
-    entries = kernels(read_checkpoint(run))
+    entries = kernels(saved)
     verdicts = _verdicts(run) if verified else {}
     groups = same_code(manifest["kernels"])
     choices = []
