@@ -43,6 +43,22 @@ def source(tmp_path_factory):
 
 
 @needs_ptxas
+def test_priors_build_says_which_kernels_of_the_store_it_left_out(tmp_path):
+    """A kernel outside evo's suite (a user's own spec) has no features here: `evo priors
+    build` leaves it out, and says so on stderr (it wrote "0 kernels" and nothing more)."""
+    from test_hardening import copy_kernel
+
+    spec = copy_kernel(tmp_path / "mine", "my_tile")
+    evo("run", "--kernel", str(spec), "--backend", "static", "--generations", "1", "--pop", "2",
+        "--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "run"), "-q", cwd=tmp_path)
+    done = evo("priors", "build", str(tmp_path / "s.sqlite"), "-o", str(tmp_path / "p.json"),
+               cwd=tmp_path)
+    assert "(0 kernels)" in done.stdout
+    assert "left out 1 kernel(s) of the stores that are not in evo's suite" in done.stderr
+    assert "my_tile#" in done.stderr
+
+
+@needs_ptxas
 def test_built_priors_hold_both_kernels_and_show_a_prior(source):
     kb = json.loads((source / "priors.json").read_text())
     assert sorted(e["kernel"] for e in kb["kernels"]) == list(SOURCES)

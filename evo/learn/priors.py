@@ -166,11 +166,11 @@ def summarize(baseline: float, results: list[tuple[str, bool, float | None]],
 
 
 def build_kb(stores: list, exclude=(), feature_cache: dict | None = None, keep: int = ROWS,
-             probe: bool = True) -> dict:
+             probe: bool = True, left_out: list | None = None) -> dict:
     """A knowledge base from measurement stores (``Store`` objects or paths): one entry
     per (device, kernel) with a valid baseline whose kernel is in the suite (features
-    need its spec); kernels named in ``exclude`` are left out; ``keep`` results a kernel
-    as rows (``summarize``)."""
+    need its spec; the names of the others go to ``left_out`` where given); kernels named
+    in ``exclude`` are left out; ``keep`` results a kernel as rows (``summarize``)."""
     from harness.store import Store
     from harness.kernels.suite import find_kernel
 
@@ -195,8 +195,9 @@ def build_kb(stores: list, exclude=(), feature_cache: dict | None = None, keep: 
             continue
         try:
             specs[kernel] = find_kernel(kernel)
-        except EvoError:
-            continue  # not in the suite: no spec, no features
+        except EvoError:  # not in the suite: no spec, no features
+            if left_out is not None and kernel not in left_out:
+                left_out.append(kernel)
     feats = features_many(list(specs.values()), feature_cache)
     kernels = []
     for (device, kernel), entry in sorted(found.items()):

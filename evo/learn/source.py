@@ -121,11 +121,12 @@ def is_store(path: Path) -> bool:
 
 
 def kb_from_paths(paths: list[Path], exclude=(), device: str | None = None,
-                  rows: int = priors_mod.ROWS) -> dict:
+                  rows: int = priors_mod.ROWS, left_out: list | None = None) -> dict:
     """One knowledge base from stores (learned from together: several stores of one
     kernel pool their results) and priors files (later ones win per kernel), without the
     kernels in ``exclude`` and, where ``device`` is given, other devices; ``rows`` results
-    kept per kernel from stores (0: all)."""
+    kept per kernel from stores (0: all); the stores' kernels outside the suite are named
+    in ``left_out`` where given."""
     paths = [Path(p) for p in paths]
     for path in paths:
         if not path.is_file():
@@ -135,7 +136,8 @@ def kb_from_paths(paths: list[Path], exclude=(), device: str | None = None,
     if stores:
         cache_path = feature_cache_path(stores[0])
         cache = read_cache(cache_path)
-        parts.append(priors_mod.build_kb(stores, exclude, feature_cache=cache, keep=rows))
+        parts.append(priors_mod.build_kb(stores, exclude, feature_cache=cache, keep=rows,
+                                         left_out=left_out))
         write_cache(cache_path, cache)
     kb = priors_mod.merge_kb(*parts)
     kb["kernels"] = [e for e in kb["kernels"] if e["kernel"] not in set(exclude)
