@@ -227,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-evals", type=int, metavar="N",
                    help="evaluations for all kernels together, split by their share of the "
                         "step (--model); replaces --max-evals" + _config_default("budget_evals"))
+    p.add_argument("--budget-minutes", type=float, metavar="M",
+                   help="wall minutes for the searches from the run's start (or resume): past "
+                        "them each search ends after its current generation (a kernel started "
+                        "later measures its first generation only); what fits depends on the "
+                        "machine" + _config_default("budget_minutes"))
     p.add_argument("--seed", type=int,
                    help="every random choice flows from this seed" + _config_default("seed"))
     p.add_argument("--llm-rate", type=float, metavar="P",

@@ -237,7 +237,7 @@ def cmd_run(args) -> int:
     from evo.run_kernels import anchored
 
     flags = {"generations": args.generations, "pop": args.pop, "max_evals": args.max_evals,
-             "budget_evals": args.budget_evals,
+             "budget_evals": args.budget_evals, "budget_minutes": args.budget_minutes,
              "seed": args.seed, "backend": args.backend, "gpus": args.gpus,
              "store": args.store, "strategy": args.strategy,
              "suite": (args.kernel or []) + ([str(args.model)] if args.model else []) or None,
@@ -245,12 +245,13 @@ def cmd_run(args) -> int:
     verbosity = 0 if args.quiet else (2 if args.verbose else 1)
     if args.resume:
         budget = {k: v for k, v in flags.items()
-                  if k in ("generations", "max_evals", "budget_evals", "jobs")}
+                  if k in ("generations", "max_evals", "budget_evals", "budget_minutes", "jobs")}
         changed = [k for k, v in {**flags, "llm_rate": args.llm_rate}.items()
                    if v is not None and k not in budget]
         if changed:
             raise EvoError(f"--resume keeps the run's config; only --generations, "
-                           f"--max-evals, --budget-evals, --jobs and --cluster may be given (got "
+                           f"--max-evals, --budget-evals, --budget-minutes, --jobs and --cluster "
+                           f"may be given (got "
                            f"--{changed[0].replace('_', '-')})")
         rundir, config, checkpoint = run.resume_run(args.resume, budget, args.from_previous)
         if args.cluster is not None:  # where to measure may change, what is measured not

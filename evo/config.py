@@ -40,6 +40,10 @@ class RunConfig:
     budget_evals: int = _opt(0, lo=0, doc="evaluations for all kernels together, split by "
                                           "their share of the step (capture folders: "
                                           "evo.model.budget); 0 = off, max_evals applies")
+    budget_minutes: float = _opt(0.0, lo=0.0, doc="wall minutes for the run's searches from "
+                                 "its start (or resume): past them each search ends after "
+                                 "its generation (one started later measures its first); "
+                                 "what fits depends on the machine; 0 = off")
     seed: int = _opt(1, lo=0)
     backend: str = _opt("auto", choices=BACKENDS)
     gpus: list = _opt([0], doc="GPU ids: one worker per GPU",

@@ -103,6 +103,9 @@ def start_and_execute(config: Config, out: Path | None, verbosity: int, argv: li
 def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -> list:
     """Search every kernel; write best kernels, report; return the per-kernel results."""
     started = (time.perf_counter(), time.process_time())  # report.md: how busy evo itself was
+    # [run] budget_minutes, from this start (or resume): each search ends after its generation
+    deadline = (time.monotonic() + 60 * config.run.budget_minutes
+                if config.run.budget_minutes else None)
     from harness.backends import make_backend
     from harness.evaluate import Evaluator
     from harness.store import Store
@@ -173,7 +176,11 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         start = time.perf_counter()
         measuring = KernelRun(spec, evaluator, stop, turns, [_BarObserver(bar)])
         result = search_kernel(measuring, ledger, config_k, llm=llm, prior=prior,
-                               on_generation=bar.generation)
+                               on_generation=bar.generation, deadline=deadline)
+        if result.out_of_time:
+            progress.note(f"{spec.name}: --budget-minutes {config.run.budget_minutes:g} ran "
+                          f"out: its search ended after generation {result.generations} "
+                          f"({result.evals} evaluations); --resume with more minutes goes on")
         spent = _Seconds(ledger.checkpoint, spec.name, lock)
         spent.add("search", start)
         spent.add_parts(measuring.seconds)

@@ -18,6 +18,7 @@ import math
 import random
 import statistics
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -56,6 +57,7 @@ class KernelSearch:
     code_keys: Callable[[list[Genome]], list[str | None]] | None = None
     # genes -> whether each changes the kernel alone (harness Evaluator.changes_alone), or None
     changes_alone: Callable[[list], list[bool]] | None = None
+    deadline: float | None = None  # time.monotonic() past which it ends ([run] budget_minutes)
     _alphabet: list | None = field(default=None, repr=False)  # see alphabet()
     _codes: dict[str, str | None] = field(default_factory=dict, repr=False)  # see same_code
 
@@ -81,8 +83,16 @@ class KernelSearch:
         return self.alphabet() if self.spec is not None else None
 
     def budget_left(self) -> int | None:
+        """Evaluations left (None: no cap); 0 once past the deadline, where the search has
+        measured something (its first generation is always measured)."""
+        if self.out_of_time():
+            return 0
         cap = self.config.run.max_evals
         return None if cap == 0 else max(0, cap - self.evals)
+
+    def out_of_time(self) -> bool:
+        """Past the run's time budget ([run] budget_minutes), with a first generation done."""
+        return self.deadline is not None and self.evals > 0 and time.monotonic() >= self.deadline
 
     def seen(self, genome: Genome) -> bool:
         return _key(genome) in self.known
@@ -274,10 +284,11 @@ class KernelResult:
     evals: int
     generations: int
     confirmed: dict | None = None  # evo.run.confirm's fresh figures, where it ran
+    out_of_time: bool = False  # its search ended at [run] budget_minutes
 
 
 def search_kernel(measuring, ledger, config: Config, *, llm=None, prior: dict | None = None,
-                  on_generation=None) -> KernelResult:
+                  on_generation=None, deadline: float | None = None) -> KernelResult:
     """Run (or resume) one kernel's search to the end, checkpointing each generation.
 
     ``measuring`` is how the kernel is measured (``evo.kernel_run.KernelRun``: its
@@ -288,14 +299,16 @@ def search_kernel(measuring, ledger, config: Config, *, llm=None, prior: dict | 
     resume and written after every generation, ``ledger.events(...)`` takes the events and
     ``ledger.save()`` persists both. ``prior`` (plain JSON, ``evo.learn``) is what other
     kernels' results suggest; the caller keeps it fixed across a resume. ``llm``: the LLM
-    operator, where on; ``on_generation(event)``: progress.
+    operator, where on; ``on_generation(event)``: progress; ``deadline``: the
+    ``time.monotonic()`` past which the search ends after its generation ([run]
+    budget_minutes), said in an event of type "out of time".
     """
     kernel, checkpoint, on_events = measuring.name, ledger.checkpoint, ledger.events
     strategy = strategies.get(config.run.strategy)
     search = KernelSearch(kernel, config, random.Random(kernel_seed(config.run.seed, kernel)),
                           measuring.measure, on_events, llm=llm, spec=measuring.spec,
                           prior=prior, code_keys=measuring.code_keys,
-                          changes_alone=measuring.changes_alone)
+                          changes_alone=measuring.changes_alone, deadline=deadline)
     entries = section(checkpoint, KERNELS)
     state = search.restore(KernelEntry(entries[kernel])) if kernel in entries else strategy.start(search)
     while not strategy.finished(state, search):
@@ -309,11 +322,15 @@ def search_kernel(measuring, ledger, config: Config, *, llm=None, prior: dict | 
         if on_generation:
             on_generation(events[0])
     entries[kernel] = search.to_json(state, done=True)
+    if search.out_of_time():  # resumed with more minutes (or none), it goes on
+        on_events([{"type": "out of time", "kernel": kernel,
+                    "generation": state.get("generation", 0), "evals": search.evals}])
     ledger.save()
     genome_json, _ = strategy.best(state)
     best_key = Genome.from_json(genome_json).effective().dumps()
     return KernelResult(kernel, search.known.get(Genome().dumps()), genome_json,
-                        search.known.get(best_key), search.evals, state.get("generation", 0))
+                        search.known.get(best_key), search.evals, state.get("generation", 0),
+                        out_of_time=search.out_of_time())
 
 
 def _generation_event(kernel: str, state: dict, search: KernelSearch) -> dict:
@@ -343,7 +360,8 @@ def _config_hash(config: Config) -> str:
     where the store lives or which GPU ids measure)."""
     d = config.to_dict()
     # exact_slack: a choice made after the search, made again where a resume changes it
-    for key in ("generations", "max_evals", "budget_evals", "store", "gpus", "jobs", "exact_slack"):
+    for key in ("generations", "max_evals", "budget_evals", "budget_minutes", "store", "gpus",
+                "jobs", "exact_slack"):
         d["run"].pop(key, None)
     for name in strategies.NAMES:  # the run's strategy's table, less its budgets
         if name != config.run.strategy:

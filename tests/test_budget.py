@@ -55,3 +55,37 @@ def test_evo_run_spends_a_model_budget_by_share(tmp_path, capsys):
     evals = {name: k["evals"] for name, k in checkpoint["kernels"].items()}
     assert all(evals[n] <= want[n] for n in want), (evals, want)
     assert sum(evals.values()) > 20  # the budget was spent, not the 50 generations
+
+
+@needs_ptxas
+def test_a_time_budget_ends_each_search_after_its_first_generation_and_a_resume_goes_on(
+        tmp_path, capsys):
+    """--budget-minutes: past it each search ends after its current generation (the first
+    is always measured: a baseline and the first genomes), says so, and records it in an
+    event; a resume with no time budget (or more minutes) goes on to --generations."""
+    from evo.cli import main
+
+    run = tmp_path / "run"
+    args = ["run", "--kernel", "gemm_tile_2x2x2", "--kernel", "gemm_tile_2x2x4", "--backend",
+            "static", "--generations", "4", "--pop", "4", "--store", str(tmp_path / "s.sqlite"),
+            "--out", str(run), "--budget-minutes", "0.00001"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert err.count("--budget-minutes 1e-05 ran out: its search ended after generation 1") == 2, err
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    stopped = [e for e in events if e["type"] == "out of time"]
+    assert sorted(e["kernel"] for e in stopped) == ["gemm_tile_2x2x2", "gemm_tile_2x2x4"]
+    assert all(e["generation"] == 1 and e["evals"] > 0 for e in stopped)
+    assert main(["run", "--resume", str(run), "--budget-minutes", "0", "-q"]) == 0
+    saved = json.loads((run / "checkpoint.json").read_text())["kernels"]
+    assert all(k["state"]["generation"] == 4 for k in saved.values()), saved
+
+
+def test_a_time_budget_is_checked_like_every_key():
+    import pytest
+
+    from evo import config as cfg
+    from genomes.errors import EvoError
+
+    with pytest.raises(EvoError, match=r"\[run\] budget_minutes must be"):
+        cfg.from_dict({"run": {"budget_minutes": -1}})
