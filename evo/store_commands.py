@@ -147,11 +147,11 @@ def cmd_priors(args) -> int:
             print(f"{device}: {count} kernels")
         print(f"wrote {args.output} ({len(kb['kernels'])} kernels"
               f"{', without ' + ', '.join(sorted(exclude)) if exclude else ''})")
-        if left_out:  # a priors entry needs the kernel's features, read from its spec
+        if left_out:  # a priors entry needs the kernel's features: its spec, or a run's
             more = f" and {len(left_out) - 5} more" if len(left_out) > 5 else ""
             print(f"left out {len(left_out)} kernel(s) of the stores that are not in evo's suite "
-                  f"(their specs are not at hand here): {', '.join(left_out[:5])}{more}",
-                  file=sys.stderr)
+                  "and whose features no run kept beside the store (features.json): "
+                  f"{', '.join(left_out[:5])}{more}", file=sys.stderr)
         return exit_codes.OK
     kb = kb_from_paths(args.paths, exclude, None)
     if not args.kernel:

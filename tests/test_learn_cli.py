@@ -43,19 +43,39 @@ def source(tmp_path_factory):
 
 
 @needs_ptxas
-def test_priors_build_says_which_kernels_of_the_store_it_left_out(tmp_path):
-    """A kernel outside evo's suite (a user's own spec) has no features here: `evo priors
-    build` leaves it out, and says so on stderr (it wrote "0 kernels" and nothing more)."""
+def test_a_users_own_kernels_inform_priors_and_never_their_own(tmp_path):
+    """Kernels outside evo's suite (a user's spec; a model's captured kernels) are stored as
+    name#digest and have no spec in the suite: a run keeps their features beside the store
+    (features.json, under that name), so `evo priors build` and `--priors auto` learn from
+    them (they were left out, "0 kernels"); a kernel's own rows, from any spec of its name,
+    never count toward its prior; without the kept features the build says what it left
+    out."""
     from test_hardening import copy_kernel
 
-    spec = copy_kernel(tmp_path / "mine", "my_tile")
-    evo("run", "--kernel", str(spec), "--backend", "static", "--generations", "1", "--pop", "2",
-        "--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "run"), "-q", cwd=tmp_path)
-    done = evo("priors", "build", str(tmp_path / "s.sqlite"), "-o", str(tmp_path / "p.json"),
-               cwd=tmp_path)
+    mine = copy_kernel(tmp_path / "mine", "my_tile")
+    other = copy_kernel(tmp_path / "mine", "other_tile")
+    store = tmp_path / "s.sqlite"
+
+    def run(spec, out):
+        evo("run", "--kernel", str(spec), "--backend", "static", "--generations", "2", "--pop",
+            "3", "--store", str(store), "--out", str(tmp_path / out), "-q", cwd=tmp_path)
+        saved = json.loads((tmp_path / out / "checkpoint.json").read_text())
+        return next(iter(saved["priors"].values()))
+
+    run(mine, "first")
+    done = evo("priors", "build", str(store), "-o", str(tmp_path / "p.json"), cwd=tmp_path)
+    assert "(1 kernels)" in done.stdout and "left out" not in done.stderr
+    kb = json.loads((tmp_path / "p.json").read_text())
+    assert [e["kernel"].split("#")[0] for e in kb["kernels"]] == ["my_tile"]
+    again = run(mine, "again")  # its own earlier rows: not its neighbour
+    assert "my_tile" in again["excluded"]
+    assert not any(n[0].startswith("my_tile") for n in again["neighbors"]), again["neighbors"]
+    theirs = run(other, "other")  # another kernel of the user's: learns from my_tile's rows
+    assert any(n[0].startswith("my_tile#") for n in theirs["neighbors"]), theirs["neighbors"]
+    (tmp_path / "features.json").unlink()
+    done = evo("priors", "build", str(store), "-o", str(tmp_path / "q.json"), cwd=tmp_path)
     assert "(0 kernels)" in done.stdout
-    assert "left out 1 kernel(s) of the stores that are not in evo's suite" in done.stderr
-    assert "my_tile#" in done.stderr
+    assert "left out 2 kernel(s) of the stores that are not in evo's suite" in done.stderr
 
 
 @needs_ptxas

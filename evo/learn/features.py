@@ -151,6 +151,14 @@ def feature_key(spec) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:24]
 
 
+def named_key(store_name: str) -> str:
+    """The cache key of a kernel's features under the name the store keeps its rows by
+    (``KernelSpec.store_name``): how a knowledge base built from a store finds the
+    features of a kernel outside the suite (a captured or a user's kernel), whose spec it
+    does not have."""
+    return f"{store_name}|features {FEATURES_VERSION}"
+
+
 _SEEN: dict[str, dict[str, float]] = {}  # feature_key -> features, for this process
 
 
@@ -170,6 +178,8 @@ def features_many(specs: list, cache: dict | None = None, workers: int | None = 
         with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
             for spec, feats in zip(todo, pool.map(kernel_features, todo)):
                 cache[keys[spec.name]] = _SEEN[keys[spec.name]] = feats  # computed here only
+    for spec in specs:  # under its store name too: priors built from the store find them
+        cache[named_key(spec.store_name)] = cache[keys[spec.name]]
     return {spec.name: dict(cache[keys[spec.name]]) for spec in specs}
 
 

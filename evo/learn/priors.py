@@ -168,13 +168,15 @@ def summarize(baseline: float, results: list[tuple[str, bool, float | None]],
 def build_kb(stores: list, exclude=(), feature_cache: dict | None = None, keep: int = ROWS,
              probe: bool = True, left_out: list | None = None) -> dict:
     """A knowledge base from measurement stores (``Store`` objects or paths): one entry
-    per (device, kernel) with a valid baseline whose kernel is in the suite (features
-    need its spec; the names of the others go to ``left_out`` where given); kernels named
-    in ``exclude`` are left out; ``keep`` results a kernel as rows (``summarize``)."""
+    per (device, kernel) with a valid baseline whose features are known: from its spec
+    for a suite kernel, else from ``feature_cache`` under its store name (``named_key``:
+    kept there by a run that evolved it); the names of the others go to ``left_out``
+    where given. Kernels named in ``exclude`` are left out (``same_kernel``); ``keep``
+    results a kernel as rows (``summarize``)."""
     from harness.store import Store
     from harness.kernels.suite import find_kernel
 
-    from evo.learn.features import FEATURES_VERSION, features_many
+    from evo.learn.features import FEATURES_VERSION, features_many, named_key
     from evo.learn.observe import observations
 
     found: dict[tuple[str, str], dict] = {}
@@ -189,23 +191,35 @@ def build_kb(stores: list, exclude=(), feature_cache: dict | None = None, keep: 
         finally:
             if store is not source:
                 store.close()
-    specs = {}
+    specs, cached = {}, {}
     for (device, kernel), entry in found.items():
-        if kernel in exclude or not entry["baseline"] or kernel in specs:
+        if (same_kernel(kernel, exclude) or not entry["baseline"] or kernel in specs
+                or kernel in cached):
             continue
         try:
             specs[kernel] = find_kernel(kernel)
-        except EvoError:  # not in the suite: no spec, no features
-            if left_out is not None and kernel not in left_out:
+        except EvoError:  # not in the suite: its features where a run kept them
+            feats = (feature_cache or {}).get(named_key(kernel))
+            if feats is not None:
+                cached[kernel] = feats
+            elif left_out is not None and kernel not in left_out:
                 left_out.append(kernel)
-    feats = features_many(list(specs.values()), feature_cache)
+    feats = {**features_many(list(specs.values()), feature_cache), **cached}
     kernels = []
     for (device, kernel), entry in sorted(found.items()):
-        if kernel in specs and entry["baseline"]:
+        if kernel in feats and entry["baseline"]:
             kernels.append({"device": device, "kernel": kernel, "features": feats[kernel],
                             **summarize(entry["baseline"], list(entry["results"].values()),
                                         keep)})
     return {"version": KB_VERSION, "features_version": FEATURES_VERSION, "kernels": kernels}
+
+
+def same_kernel(stored: str, names) -> bool:
+    """Whether a store's kernel name is one of ``names``, its ``#digest`` aside: a kernel
+    outside the suite is stored as ``name#digest`` (``KernelSpec.store_name``), and its
+    rows from any spec of that name (another size, an earlier capture) stay out of its
+    own prior (leave-one-out)."""
+    return stored in names or stored.split("#", 1)[0] in names
 
 
 def merge_kb(*kbs: dict | None) -> dict:
@@ -256,7 +270,7 @@ def prior_for(kb: dict, target: str, device: str, features: dict[str, float],
 
     skip = set(exclude) | {target}
     entries = [e for e in kb.get("kernels", [])
-               if e["kernel"] not in skip and device_weight(e["device"], device) > 0]
+               if not same_kernel(e["kernel"], skip) and device_weight(e["device"], device) > 0]
     scales = feature_scales([e["features"] for e in entries] + [features])
     dists = [distance(features, e["features"], scales) for e in entries]
     ranked = sorted(dists)

@@ -140,7 +140,7 @@ def kb_from_paths(paths: list[Path], exclude=(), device: str | None = None,
                                          left_out=left_out))
         write_cache(cache_path, cache)
     kb = priors_mod.merge_kb(*parts)
-    kb["kernels"] = [e for e in kb["kernels"] if e["kernel"] not in set(exclude)
+    kb["kernels"] = [e for e in kb["kernels"] if not priors_mod.same_kernel(e["kernel"], exclude)
                      and (device is None or e["device"] == device)]
     return kb
 
