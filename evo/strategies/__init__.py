@@ -57,7 +57,7 @@ def summary(name: str) -> str:
     name ("Greedy: the classic sequential greedy search." -> "the classic ...")."""
     doc = (get(name).__doc__ or "").strip()
     head, _, rest = (doc.splitlines()[0] if doc else name).partition(": ")
-    return (rest or head).rstrip(".")
+    return (rest or head).rstrip(".").replace("``", "`")  # a terminal shows no reST
 
 
 def budget_options(name: str) -> tuple[str, ...]:
