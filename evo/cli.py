@@ -69,7 +69,21 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
-        self.exit(exit_codes.USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(exit_codes.USAGE, f"{self.prog}: error: {message}{_genome_hint(message)}\n")
+
+
+def _genome_hint(message: str) -> str:
+    """Where an unrecognized argument reads as genes (``evo measure k.toml 'vec_ld'``): the
+    commands but ``apply`` take a genome after ``--genome``."""
+    extra = message.removeprefix("unrecognized arguments: ")
+    if extra == message or "." in extra or "/" in extra:  # not that error, or a path
+        return ""
+    from genomes.variation import gene_alphabet
+
+    names = {gene.split("(")[0] for gene in map(str, gene_alphabet())}
+    if extra.split("(")[0].split(",")[0].strip() not in names:
+        return ""
+    return f" (a genome goes after --genome: --genome '{extra}')"
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter):

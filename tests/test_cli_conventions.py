@@ -221,3 +221,20 @@ def test_defaults_are_shown():
     assert "(default: sm_90" in flat["compile"] or "(default sm_90" in flat["compile"]
     top = " ".join(build_parser().format_help().split())
     assert "--version" in top and "exit status:" in top
+
+
+def test_a_genome_given_without_genome_flag_gets_a_hint(capsys):
+    """`evo measure relu 'vec_ld(width=4)'` (as `evo apply` takes it): the usage error says
+    where a genome goes; an unrecognized word that is no gene gets no such hint."""
+    import pytest
+
+    from evo.cli import main
+
+    for argv, hint in ((["measure", "relu", "vec_ld(width=4)"], True),
+                       (["compile", "relu", "maxnreg(n=32),vec_st"], True),
+                       (["measure", "relu", "foo"], False)):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert ("a genome goes after --genome: --genome '" in err) == hint, err
