@@ -178,8 +178,9 @@ def features_many(specs: list, cache: dict | None = None, workers: int | None = 
         with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
             for spec, feats in zip(todo, pool.map(kernel_features, todo)):
                 cache[keys[spec.name]] = _SEEN[keys[spec.name]] = feats  # computed here only
-    for spec in specs:  # under its store name too: priors built from the store find them
-        cache[named_key(spec.store_name)] = cache[keys[spec.name]]
+    for spec in specs:  # a kernel stored under another name than the suite's (name#digest,
+        if spec.store_name != spec.name:  # name@cold): kept under it for priors' builds
+            cache[named_key(spec.store_name)] = cache[keys[spec.name]]
     return {spec.name: dict(cache[keys[spec.name]]) for spec in specs}
 
 
