@@ -119,3 +119,14 @@ def test_cxx_kernels_an_int64_size_a_half_and_a_struct():
         spec_skeleton(ptx, CLAMP)
     shifted = spec_skeleton(ptx, "shifted")  # a short: no dtype of evo's takes it, said so
     assert 'dtype = "TODO"                   # from .u16: evo has no 16-bit integer dtype' in shifted
+
+
+def test_a_kernel_of_many_threads_without_a_guard_leaves_its_launch_to_the_user():
+    """A 2-D transpose (no i < n guard) reads its block and thread indices: its grid and
+    block are TODO (a skeleton of one thread would be measured as one element, baseline
+    and variant alike); a one-thread gemm tile, which reads neither, keeps one thread."""
+    transpose, tile = find_kernel("transpose"), find_kernel("gemm_tile_2x2x2")
+    wide = spec_skeleton(transpose.ptx_text(), transpose.entry)
+    assert 'grid = "TODO"' in wide and 'block = "TODO"' in wide and 'timing = "events"' in wide
+    one = spec_skeleton(tile.ptx_text(), tile.entry)
+    assert "grid = [1, 1, 1]" in one and 'timing = "clock64"' in one

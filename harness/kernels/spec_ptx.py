@@ -220,6 +220,12 @@ def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None 
                   f"block = [{GUARDED_BLOCK}, 1, 1]".ljust(32) + "# threads per block, at most 1024",
                   "shared_mem = 0                  # dynamic shared memory, bytes",
                   'timing = "events"               # many blocks']
+    elif _reads_its_index(ptx_text, entry):  # launched wide, in a shape the PTX does not say
+        lines += ['grid = "TODO"                   # blocks [x, y, z]: the kernel reads its block '
+                  "and thread indices",
+                  'block = "TODO"                  # threads per block [x, y, z], at most 1024',
+                  "shared_mem = 0                  # dynamic shared memory, bytes",
+                  'timing = "events"               # "clock64" only for a launch of one block']
     else:
         lines += ["grid = [1, 1, 1]                # blocks (x, y, z)",
                   "block = [1, 1, 1]               # threads per block (x, y, z), at most 1024",
@@ -245,6 +251,19 @@ def spec_skeleton(ptx_text: str, entry: str | None = None, ptx_name: str | None 
             else:
                 lines.append('value = "TODO"')
     return "\n".join(lines) + "\n"
+
+
+def _reads_its_index(ptx_text: str, entry: str) -> bool:
+    """Whether ``entry``'s code reads a thread or block index (``%tid``, ``%ctaid``):
+    a kernel of many threads, whose launch a skeleton of one thread would hide (the gate
+    compares it with its baseline at the same launch: one element each, both right)."""
+    from genomes.ptx import only_entry
+
+    try:
+        body = only_entry(ptx_text, entry)
+    except Exception:  # PTX the parser cannot read: ask rather than guess one thread
+        return True
+    return re.search(r"%(tid|ctaid)\.[xyz]\b", body) is not None
 
 
 GUARDED_COUNT = 1 << 20  # elements of a skeleton whose index guard names its size param
