@@ -14,16 +14,16 @@ FINALIST_TRIES = 3  # the best and at most two runners-up go under compute-sanit
 
 
 def check_best(spec: KernelSpec, result, saved: KernelEntry, on_events,
-               gpu: int | None = None, turn=None, devices: tuple[int, ...] = ()) -> float:
+               turn=None, devices: tuple[int, ...] = ()) -> float:
     """The best genome checked harder (``harness.gpu.finalist``: compute-sanitizer memcheck
     and racecheck, a static .nc check, two runs bitwise identical) before it is written
     to best/. A failure demotes it: the next best valid genome is checked, and so on (at
     most ``FINALIST_TRIES``; the baseline needs no check). A check that cannot run here
-    keeps the best and says so. On GPU ``gpu`` (None: the default one). The outcome is
-    kept in the kernel's checkpoint entry (``finalist``): report.md quotes it, ``evo show``
-    and a resume use the kept genome. ``turn``: where given, the GPU is taken through it,
-    one of ``devices`` (``harness.gpu.finalist.check_finalist``). Returns the seconds a
-    GPU was held."""
+    keeps the best and says so. The outcome is kept in the kernel's checkpoint entry
+    (``finalist``): report.md quotes it, ``evo show`` and a resume use the kept genome.
+    ``turn``: where given, the GPU is taken through it, one of ``devices``
+    (``harness.gpu.finalist.check_finalist``; None: the default GPU). Returns the seconds
+    a GPU was held."""
     from harness.gpu.finalist import check_finalist
 
     held = 0.0
@@ -42,7 +42,7 @@ def check_best(spec: KernelSpec, result, saved: KernelEntry, on_events,
                 break
             applied = apply_genome(spec.ptx_text(), genome, spec.launch)
             check = check_finalist(spec, applied.ptx, applied.launch
-                                   if applied.launch != spec.launch else None, gpu=gpu, turn=turn,
+                                   if applied.launch != spec.launch else None, turn=turn,
                                    devices=devices)
             held += check.details.get("gpu_held_s", 0.0)
             if check.ok or not check.ran:
