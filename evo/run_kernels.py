@@ -54,8 +54,8 @@ def resolve_suite(patterns: list[str]) -> list[KernelSpec]:
             matches = _installable(folder, capture.read(folder))
         elif folder.is_dir():
             run = (folder / checkpoint.FILE).is_file()
-            raise EvoError(f"{_as_typed(pattern)} is {'a run folder' if run else 'a folder'}, not a capture "
-                           f"(no {capture.MANIFEST}): a model's kernels come from "
+            raise EvoError(f"{_as_typed(pattern)} is {'a run folder' if run else 'a folder'}, "
+                           f"not a capture (no {capture.MANIFEST}): a model's kernels come from "
                            "`evo capture -o DIR -- python app.py`; kernels one by one are "
                            "named (suite names) or given as .toml/.ptx files")
         elif is_glob and ("/" in pattern or pattern.endswith((".toml", ".ptx"))):

@@ -322,7 +322,8 @@ def search_kernel(measuring, ledger, config: Config, *, llm=None, prior: dict | 
         if on_generation:
             on_generation(events[0])
     entries[kernel] = search.to_json(state, done=True)
-    if search.out_of_time():  # resumed with more minutes (or none), it goes on
+    ended = search.out_of_time()  # read once: the event and the result say the same
+    if ended:  # resumed with more minutes (or none), it goes on
         on_events([{"type": "out of time", "kernel": kernel,
                     "generation": state.get("generation", 0), "evals": search.evals}])
     ledger.save()
@@ -330,7 +331,7 @@ def search_kernel(measuring, ledger, config: Config, *, llm=None, prior: dict | 
     best_key = Genome.from_json(genome_json).effective().dumps()
     return KernelResult(kernel, search.known.get(Genome().dumps()), genome_json,
                         search.known.get(best_key), search.evals, state.get("generation", 0),
-                        out_of_time=search.out_of_time())
+                        out_of_time=ended)
 
 
 def _generation_event(kernel: str, state: dict, search: KernelSearch) -> dict:
