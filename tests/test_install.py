@@ -162,6 +162,8 @@ def test_the_report_says_the_step_the_limit_and_each_kernel():
             f"({step / (step - saved):.3f}x)") in text
     # the measure: how much of that gap the step itself closed (2.0 -> 1.9 ms)
     assert f"the step took 100.0 us less: {100 * 100.0 / saved:.0f} % of that gap closed" in text
+    slower = report(verdict | {"evolved_ms": verdict["baseline_ms"] + 0.05}, manifest, choices, [run])
+    assert "the step took 50.0 us more: none of that gap closed" in slower
 
 
 def test_the_outputs_line_and_the_model_checks_say_how_close():

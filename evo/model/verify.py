@@ -221,8 +221,13 @@ def report(verdict: dict, manifest: dict, choices, results=None) -> str:
         lines.append(f"at the copy roofline the kernels evolved here would save at most "
                      f"{saved:.1f} us of the step's GPU time ({step_us / (step_us - saved):.3f}x)")
         took = (verdict["baseline_ms"] - verdict["evolved_ms"]) * 1e3  # the step's own change
-        lines.append(f"with evo's kernels the step took {took:.1f} us less: {100 * took / saved:.0f} % "
-                     "of that gap closed (the step's median change, its noise included)")
+        if took >= 0:
+            lines.append(f"with evo's kernels the step took {took:.1f} us less: "
+                         f"{100 * took / saved:.0f} % of that gap closed (the step's median "
+                         "change, its noise included)")
+        else:  # "-5 us less: -3 % closed" said nothing plainly
+            lines.append(f"with evo's kernels the step took {-took:.1f} us more: none of that "
+                         "gap closed (the step's median change, its noise included)")
     lines.append("kernel | share | speedup (evo's cycles) | copy roofline | installed"
                  + (" | checked on the model's data" if "checks" in verdict else "")
                  + (" | in the model, a launch (CUDA events, median)" if "in_model" in verdict else ""))
