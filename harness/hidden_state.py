@@ -26,6 +26,7 @@ import bisect
 import re
 
 from harness import record
+from harness.timer_reads import added_timer_read
 
 # Comments go (keeping their newlines, so line numbers hold); strings stay whole.
 _COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', re.S)
@@ -191,8 +192,12 @@ def _writes(text: str, stmts, decls: dict[int, str], names):
 
 
 def hidden_state(variant_ptx: str, baseline_ptx: str) -> str | None:
-    """None when the variant adds no writable module-scope state; else the reason, starting
-    with harness.record.HIDDEN_STATE ("hidden state"), naming the variable and the line."""
+    """None when the variant adds no writable module-scope state and no read of a clock
+    (``harness.timer_reads``); else the reason, starting with harness.record.HIDDEN_STATE
+    ("hidden state") or TIMER_READ, naming the variable or register and the line."""
+    timer = added_timer_read(variant_ptx, baseline_ptx)
+    if timer is not None:
+        return timer
     if not _ANY_GLOBAL.search(variant_ptx):
         return None
     text = _clean(variant_ptx)

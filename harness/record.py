@@ -21,6 +21,7 @@ OUT_OF_BOUNDS = "out-of-bounds write"  # a canary word after a buffer changed
 INPUT_CLOBBERED = "input modified"  # an input buffer changed during the launch
 NOT_MEASURED = "not measured"  # replay miss
 HIDDEN_STATE = "hidden state"  # writes module-scope memory the baseline does not (static check)
+TIMER_READ = "reads a timer"  # reads a clock register the baseline does not (static check)
 RESULT_REUSE = "result reuse"  # reads fast only where its outputs hold its last answer
 
 

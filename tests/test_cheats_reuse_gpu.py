@@ -113,8 +113,8 @@ HEAVY = Path(__file__).parent / "data" / "reuse" / "heavy.toml"
 def test_a_memo_on_the_outputs_timed_with_events_is_caught_by_the_reuse_probe(worker):
     """tests/data/reuse/heavy.cu: a per-block 32-bit key in the outputs' rounding slack
     passes every output check (poisoned and pre-filled outputs match with odds 2^-32 per
-    block) and skipped its work in the events graph; harness.gpu.reuse_probe times it on kept
-    and on wiped outputs. The honest kernel reads the same in both."""
+    block) and skipped its work in the events graph; harness.gpu.reuse_probe times its launches
+    on wiped outputs, less the wipes. The honest kernel is timed at what those take."""
     spec = load_spec(HEAVY)
     base = spec.ptx_text()
 
@@ -125,7 +125,33 @@ def test_a_memo_on_the_outputs_timed_with_events_is_caught_by_the_reuse_probe(wo
     honest = worker.measure(request(base))
     assert honest.valid, honest.reason
     probe = honest.notes["reuse_probe_us"]
-    assert probe["kept"] >= REUSE_SHARE * probe["wiped"], probe
+    assert probe["timed"] >= REUSE_SHARE * probe["wiped"], probe
     cheat = worker.measure(request((HEAVY.parent / "heavy_cheat.ptx").read_text()))
+    assert not cheat.valid, f"ACCEPTED: {cheat.label()}; {cheat.notes}"
+    assert cheat.reason.startswith(record.RESULT_REUSE), cheat.reason
+
+
+def test_a_memo_that_tells_the_timed_graph_by_the_time_between_launches_is_caught(worker):
+    """tests/data/reuse/heavy_clock.cu: heavy_cheat's memo, and it skips only when its block's
+    last launch started under GAP ago. GAP is set between the honest kernel's launches back
+    to back and the same spaced by one fill of its outputs, so it computes in every check,
+    in the pre-filled launch and in any probe graph with a fill between launches (the probe
+    until session 24 timed such a graph as its "kept" outputs, and accepted it: BENCHMARKS.md,
+    session 24), and skips in the timed graph alone. Only a gap no longer than the timed
+    graph's own would make it skip there and nowhere else."""
+    spec = load_spec(HEAVY)
+    base = spec.ptx_text()
+
+    def request(ptx: str) -> MeasureRequest:
+        return MeasureRequest(spec=spec, cubin=cubin(ptx), baseline_cubin=cubin(base),
+                              check_seeds=SEEDS, timing_seed=TIMING_SEED, timeout_s=60.0)
+
+    honest = worker.measure(request(base))
+    assert honest.valid, honest.reason
+    probe = honest.notes["reuse_probe_us"]
+    gap_us = probe["timed"] + probe["wipes"] / 2
+    source = (HEAVY.parent / "heavy_clock_cheat.ptx").read_text()
+    assert source.count("123457") == 1  # GAP's literal
+    cheat = worker.measure(request(source.replace("123457", str(int(gap_us * 1000 / 256)))))
     assert not cheat.valid, f"ACCEPTED: {cheat.label()}; {cheat.notes}"
     assert cheat.reason.startswith(record.RESULT_REUSE), cheat.reason

@@ -18,8 +18,8 @@ answers ``MeasureRequest``s with ``Measurement``s. For each request:
    the SM clock measured just before and after. Timed launches alternate between two input
    sets (clock64: outputs restored before each launch) and the buffers timed are judged
    afterwards (``check_sets``): they must do the work. Events specs are then timed on
-   outputs wiped before each launch and on kept ones (``harness.gpu.reuse_probe``): a variant
-   fast only where its outputs hold its last answer is ``result reuse``.
+   outputs wiped before each launch (``harness.gpu.reuse_probe``): a variant timed faster
+   than it runs there (where its outputs held its last answer) is ``result reuse``.
 3. **Once more after timing**, on the stress inputs of the first check seed
    (``input_sets.stress_seed``: heavy tails, large magnitudes, compared norm-wise). After timing,
    so that a variant that keeps state across launches (a launch counter in a ``.global``)
@@ -120,7 +120,7 @@ class Runner(ArenaBuffers):
         self._buffer_sets: OrderedDict = OrderedDict()  # timing's sets of the buffers
         self._guard_tables: OrderedDict = OrderedDict()  # guard ranges on the device, by layout
         self._l2_flush = None  # cold clock64 timing's flush buffer (2x the L2), made once
-        self._scratch = None  # harness.gpu.reuse_probe's decoy target, the largest asked
+        self._scratch = None  # harness.gpu.reuse_probe's target for an inout kernel's kept launches
         gpu_timing.spin_up(self)
 
     # -------------------------------------------------------------- plumbing
