@@ -198,3 +198,96 @@ def torchvision_inference(name: str = "resnet18", batch: int = 32, seed: int = 0
 
     step.eager = _no_grad(model)
     return step, (images,)
+
+
+TRANSFORMERS = {  # name: (config class, model class, config): small, random weights, no dropout
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel",
+             dict(vocab_size=16384, n_positions=1024, n_embd=768, n_layer=4, n_head=12,
+                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+    "llama": ("LlamaConfig", "LlamaForCausalLM",
+              dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                   num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048)),
+    "bert": ("BertConfig", "BertForMaskedLM",
+             dict(vocab_size=16384, hidden_size=768, num_hidden_layers=4, num_attention_heads=12,
+                  intermediate_size=3072, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+}
+"""Hugging Face transformers models built from a config in code (nothing downloaded): models
+evo's authors did not write, each a small configuration of a real architecture. Dropout is
+off, so that a step computes the same with and without evo's kernels (A/B compared)."""
+
+
+def transformers_model(name: str, seed: int = 0):
+    """A ``TRANSFORMERS`` model on the GPU, float32, random weights from ``seed``."""
+    import torch
+    import transformers
+
+    if name not in TRANSFORMERS:
+        raise ValueError(f"unknown transformers model {name!r}; one of {', '.join(TRANSFORMERS)}")
+    config_class, model_class, options = TRANSFORMERS[name]
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_class)(**options)
+    return getattr(transformers, model_class)(config).cuda(), config.vocab_size
+
+
+def transformers_inference(name: str = "llama", batch: int = 8, tokens: int = 512, seed: int = 0):
+    """(compiled inference step: token ids -> logits, (ids,)) of ``TRANSFORMERS[name]`` in bf16."""
+    import torch
+
+    model, vocab = transformers_model(name, seed)
+    model = model.to(torch.bfloat16).eval()
+    ids = torch.randint(0, vocab, (batch, tokens), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(seed))
+    compiled = torch.compile(model)
+
+    def step(ids):
+        with torch.no_grad():
+            return compiled(input_ids=ids, use_cache=False).logits
+
+    step.eager = _no_grad(lambda ids: model(input_ids=ids, use_cache=False).logits)
+    return step, (ids,)
+
+
+def transformers_training(name: str = "gpt2", batch: int = 8, tokens: int = 512, seed: int = 0):
+    """(compiled training step: forward with the model's own loss, backward, AdamW; returns
+    the loss, (ids,)) of ``TRANSFORMERS[name]``, float32 weights under bf16 autocast."""
+    import torch
+
+    model, vocab = transformers_model(name, seed)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, vocab, (batch, tokens), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(seed))
+
+    def loss_of(ids):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return model(input_ids=ids, labels=ids).loss
+
+    compiled_loss = torch.compile(loss_of)
+
+    @torch.compile
+    def update():
+        optimizer.step()
+
+    def step(ids):
+        optimizer.zero_grad(set_to_none=True)
+        loss = compiled_loss(ids)
+        loss.backward()
+        update()
+        return loss.detach()
+
+    def eager(ids):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(ids)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    start = ({k: v.clone() for k, v in model.state_dict().items()}, _copy(optimizer.state_dict()))
+
+    def reset():
+        model.load_state_dict(start[0])
+        optimizer.load_state_dict(_copy(start[1]))
+
+    step.eager, step.reset = eager, reset
+    step.state = lambda: [p.detach() for p in model.parameters()]
+    return step, (ids,)

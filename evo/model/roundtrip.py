@@ -4,7 +4,7 @@
         --generations 9 --pop 5 --out runs/decoder
 
 Builds ``evo.model.examples.decoder_inference`` (or ``--train``: the training step;
-``--torchvision resnet18``: a network evo's authors did not write),
+``--torchvision resnet18``, ``--transformers gpt2``: networks evo's authors did not write),
 captures its Triton kernels (``OUT/capture``), evolves them with ``evo.evolve`` (one run
 folder, ``OUT/run``, kernels in order of their share of the step; ``--top N`` keeps the
 N largest), checks each evolved kernel on the model's own data and times it there against its own code
@@ -19,6 +19,8 @@ import argparse
 import json
 from pathlib import Path
 
+from evo.model.examples import TRANSFORMERS
+
 CHECKS, TIMED = 3, 10  # each kernel's launches checked, then timed per code, in the model
 
 
@@ -32,6 +34,10 @@ def main(argv=None) -> int:
     parser.add_argument("--torchvision", metavar="NAME",
                         help="a torchvision network instead (resnet18, ...), no weights, bf16, "
                              "channels-last, inference on --batch 224x224 images")
+    parser.add_argument("--transformers", metavar="NAME", choices=sorted(TRANSFORMERS),
+                        help="a Hugging Face transformers model built from a small config, "
+                             "random weights (gpt2, llama, bert): --batch x --tokens ids, bf16 "
+                             "inference, or with --train a training step (AdamW, bf16 autocast)")
     parser.add_argument("--generations", type=int, default=9)
     parser.add_argument("--pop", type=int, default=5)
     parser.add_argument("--top", type=int, default=0, help="evolve only the N largest kernels")
@@ -49,6 +55,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if args.torchvision:
         step, inputs = examples.torchvision_inference(args.torchvision, batch=args.batch)
+    elif args.transformers:
+        build = examples.transformers_training if args.train else examples.transformers_inference
+        step, inputs = build(args.transformers, batch=args.batch, tokens=args.tokens)
     else:
         build = examples.decoder_training if args.train else examples.decoder_inference
         step, inputs = build(layers=args.layers, dim=args.dim, batch=args.batch, tokens=args.tokens)
