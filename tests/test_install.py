@@ -160,8 +160,16 @@ def test_the_report_says_the_step_the_limit_and_each_kernel():
     step = manifest["step_gpu_us"]
     assert (f"would save at most {saved:.1f} us of the step's GPU time "
             f"({step / (step - saved):.3f}x)") in text
-    # the measure: how much of that gap the step itself closed (2.0 -> 1.9 ms)
-    assert f"the step took 100.0 us less: {100 * 100.0 / saved:.0f} % of that gap closed" in text
+    # the measure: how much of that gap the step itself closed (2.0 -> 1.9 ms, more
+    # than the roofline allows here: noise); a change within it is a share of the gap
+    assert saved < 100.0
+    assert "the step took 100.0 us less: more than these kernels could save at the copy roofline" in text
+    near = report(verdict | {"evolved_ms": 2.0 - saved / 2e3}, manifest, choices, [run])
+    assert f"the step took {saved / 2:.1f} us less: 50 % of that gap closed" in near
+    assert "within that noise" not in text and "within that noise" not in near
+    noisy = report(verdict | {"control": 1.06}, manifest, choices, [run])  # A/A moved more
+    assert "the A/A control, its own kernels timed again in the same rounds: 1.060x: the change " \
+           "is within that noise" in noisy.splitlines()[0]
     slower = report(verdict | {"evolved_ms": verdict["baseline_ms"] + 0.05}, manifest, choices, [run])
     assert "the step took 50.0 us more: none of that gap closed" in slower
 
