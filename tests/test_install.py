@@ -427,6 +427,38 @@ def test_the_plan_leaves_out_what_verify_found_differing_or_slower_in_the_progra
 
 
 @needs_ptxas
+def test_a_program_checks_verdicts_kept_leave_out_a_kernel_slower_in_the_program(tmp_path):
+    """What ``evo verify`` and the round trip do after their ProgramCheck: its verdicts per
+    installed choice (``kernel_verdicts``) kept in the run folder (``keep_verdicts``), and the
+    plan then leaves out a best that ran slower in the program, keeps one that agreed."""
+    from evo.model.check import ProgramCheck, keep_verdicts, kernel_verdicts
+    from evo.model.install import VERIFIED
+
+    run = _decoder_run(tmp_path / "run", "maxnreg(n=32)")
+    chosen = [c for c in plan(DECODER, run) if c.cubin is not None]
+    assert len(chosen) == 1
+    kernel, name = chosen[0].kernel, chosen[0].name
+    check = ProgramCheck(chosen, {})
+    check.results[kernel] = [{"agree": True, "bitwise": True, "max_abs_err": 0.0, "worst": ""}] * 3
+    check.launched[kernel] = 23
+
+    def verdicts(own_us: float, evolved_us: float) -> dict:
+        check.times_us = lambda: {kernel: {"own_us": own_us, "evolved_us": evolved_us, "timed": 10}}
+        return kernel_verdicts(check, chosen)
+
+    slower = verdicts(10.0, 11.0)
+    assert slower[name]["checked"] == 3
+    assert slower[name]["agree"] is True and slower[name]["launched"] == 23
+    assert slower[name]["genome"] == chosen[0].genome and slower[name]["evolved_us"] == 11.0
+    keep_verdicts(run, ["python", "app.py"], slower)
+    assert json.loads((run / VERIFIED).read_text())["program"] == "python app.py"
+    left_out = {c.name: c for c in plan(DECODER, run)}[name]
+    assert left_out.cubin is None and left_out.reason.startswith("slower in the program: 10.00 us -> 11.00 us")
+    keep_verdicts(run, ["python", "app.py"], verdicts(10.0, 9.0))
+    assert {c.name: c for c in plan(DECODER, run)}[name].cubin is not None
+
+
+@needs_ptxas
 def test_a_code_one_launcher_runs_at_two_sizes_is_installed_once_checked_at_both(tmp_path):
     """Its code reads no size, yet the capture saw it at two (one launcher): installed like
     a dynamic kernel, only with its best checked at the other size, matched at either."""

@@ -222,6 +222,15 @@ def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECK
         return {"status": None, "kernels": {}, "not_installed": not_installed}
     with ProgramCheck(choices, specs, checks, timed) as check:
         status = run_program(command)
+    kernels = kernel_verdicts(check, chosen)
+    keep_verdicts(run_dir, command, kernels)
+    return {"status": status, "kernels": kernels, "not_installed": not_installed,
+            "triton_gpu_us": manifest.get("triton_gpu_us")}
+
+
+def kernel_verdicts(check: ProgramCheck, chosen) -> dict:
+    """What a finished ``ProgramCheck`` found of each installed choice: {name: its
+    in-program times, launches, checks and why it was not seen}."""
     times = check.times_us()
     kernels = {}
     for c in chosen:
@@ -236,12 +245,10 @@ def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECK
             "refused": check.finder.refused.get(c.kernel, ""),
             "graphed": c.kernel in check.graphed,
             "not_found": check.finder.not_found(c.kernel)}
-    _keep_verdicts(run_dir, command, kernels)
-    return {"status": status, "kernels": kernels, "not_installed": not_installed,
-            "triton_gpu_us": manifest.get("triton_gpu_us")}
+    return kernels
 
 
-def _keep_verdicts(run_dir, command: list[str], kernels: dict) -> None:
+def keep_verdicts(run_dir, command: list[str], kernels: dict) -> None:
     """The verdicts in the run folder (``install.VERIFIED``), so that ``evo.install``
     leaves out a kernel that differed or ran slower in the program."""
     import json

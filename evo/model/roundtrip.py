@@ -8,7 +8,8 @@ Builds ``evo.model.examples.decoder_inference`` (or ``--train``: the training st
 captures its Triton kernels (``OUT/capture``), evolves them with ``evo.evolve`` (one run
 folder, ``OUT/run``, kernels in order of their share of the step; ``--top N`` keeps the
 N largest), checks each evolved kernel on the model's own data and times it there against its own code
-(``evo.model.check.ProgramCheck``), installs the best of each into the running program and
+(``evo.model.check.ProgramCheck``), leaves out those that differed there or ran slower (as
+``evo verify`` then ``evo.install`` do), installs the best of the others into the running program and
 verifies outputs and step time A/B (``evo.model.verify``). Prints the report and writes
 ``OUT/report.json``.
 """
@@ -48,7 +49,7 @@ def main(argv=None) -> int:
     import evo
     from evo.model import examples
     from evo.model.capture import read
-    from evo.model.check import ProgramCheck
+    from evo.model.check import ProgramCheck, keep_verdicts, kernel_verdicts
     from evo.model.install import Installed, plan
     from evo.model.verify import report, verify
 
@@ -67,12 +68,16 @@ def main(argv=None) -> int:
     results = evo.evolve([k["kernel_spec"] for k in kernels], generations=args.generations,
                          pop=args.pop, backend="gpu", out=str(out / "run"),
                          store=str(out / "store.sqlite"))
-    choices = plan(out / "capture", out / "run")
+    choices = plan(out / "capture", out / "run", verified=False)
     specs = {k["source"]["kernel"]: k["kernel_spec"] for k in manifest["kernels"]}
-    # each kernel checked on the model's data, then timed there, both codes in turn
+    # each kernel checked on the model's data, then timed there, both codes in turn; as
+    # after `evo verify`, a kernel that differed there or ran slower is then left out
     with ProgramCheck(choices, specs, checks=CHECKS, timed=TIMED) as check:
         for _ in range(CHECKS + 2 * TIMED):
             step(*inputs)
+    keep_verdicts(out / "run", ["evo.model.roundtrip"],
+                  kernel_verdicts(check, [c for c in choices if c.cubin is not None]))
+    choices = plan(out / "capture", out / "run")
     with Installed(choices) as installed:
         verdict = verify(step, inputs, installed, repeats=args.repeats)
     verdict["checks"], verdict["in_model"] = check.results, check.times_us()
