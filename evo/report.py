@@ -97,7 +97,7 @@ def model_lines(run: RunDir, results: list[KernelResult]) -> list[str]:
     from pathlib import Path
 
     from evo.model.budget import shares
-    from evo.model.capture import MANIFEST
+    from evo.model.capture import MANIFEST, waits_on_host
 
     try:
         suite = tomllib.loads(run.config_text())["run"]["suite"]
@@ -122,6 +122,8 @@ def model_lines(run: RunDir, results: list[KernelResult]) -> list[str]:
         lines.append(f"- {pattern}: the {len(rows)} kernel(s) evolved are {100 * share:.1f} % of "
                      f"{of}; at the speedups above{static} they would take {100 * saved:.1f} % "
                      f"of it less ({1 / (1 - saved):.3f}x on it)")
+        if host := waits_on_host(manifest):
+            lines.append(f"  {host[0].upper()}{host[1:]}.")
     if lines:
         lines.insert(0, "What it would do to the model (each kernel's share of the capture "
                         "times its speedup; an estimate: `evo verify` times them in the program):")

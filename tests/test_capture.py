@@ -75,6 +75,33 @@ def test_the_recorded_launches_write_the_same_specs_again(manifest, tmp_path):
     assert again["triton_gpu_us"] == pytest.approx(manifest["triton_gpu_us"])
 
 
+def test_a_step_that_waits_on_the_host_is_said_to_in_the_manifest_and_the_run_report(manifest, tmp_path, capsys):
+    """A captured step's own time beside its GPU work: where the GPU is busy for less than
+    WAITS_ON_HOST of it, faster kernels shorten only that part, and the run's report says so
+    before anyone waits for the A/B (transformers' steps at 8 x 512: 34-42 %, session 24)."""
+    from evo.cli import main
+
+    launches = _launches(manifest)
+    times = {k["source"]["kernel"]: k["gpu_us"] for k in manifest["kernels"]}
+    gpu = manifest["step_gpu_us"]
+    busy = capture.write(launches, tmp_path / "busy", times, gpu, step_wall_us=gpu / 0.9)
+    waits = capture.write(launches, tmp_path / "waits", times, gpu, step_wall_us=gpu * 3)
+    assert capture.read(tmp_path / "waits")["step_wall_us"] == pytest.approx(gpu * 3)
+    assert capture.waits_on_host(busy) == "" and capture.waits_on_host({"step_gpu_us": gpu}) == ""
+    line = capture.waits_on_host(waits)
+    assert line.startswith(f"the step waits on the host: its GPU work is {gpu / 1e3:.3f} of its "
+                           f"{3 * gpu / 1e3:.3f} ms (33 %)"), line
+    program = capture.write(launches, tmp_path / "program", times, gpu, step_timed=False, step_wall_us=1.0)
+    assert program["step_wall_us"] is None  # a whole program has no one step
+    for name, says in (("waits", True), ("busy", False)):
+        run = tmp_path / f"run_{name}"
+        code = main(["run", "--model", str(tmp_path / name), "--backend", "static", "--generations", "1",
+                     "--pop", "2", "--out", str(run), "--store", str(tmp_path / f"{name}.sqlite"), "-q"])
+        assert code == 0, capsys.readouterr().out
+        report = (run / "report.md").read_text()
+        assert ("  The step waits on the host: its GPU work is" in report) == says, report[-800:]
+
+
 def test_a_relative_folder_works_as_the_readme_writes_it(manifest, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     m = capture.write(_launches(manifest)[:1], "cap")

@@ -223,6 +223,40 @@ def gpu_times(fn, inputs) -> tuple[dict[str, float], float]:
     return times, sum(times.values())
 
 
+WAITS_ON_HOST = 0.8
+"""A step whose GPU work is under this part of its time waits on the host: faster kernels
+shorten only the GPU's part (transformers' training and inference steps at 8 x 512 tokens:
+GPU busy 34-42 %, their steps' A/B within the A/A noise; BENCHMARKS.md, session 24)."""
+
+
+def step_wall_us(fn, inputs, repeats: int = 3) -> float:
+    """Median µs of ``repeats`` unprofiled calls of ``fn(*inputs)``, the GPU synchronized
+    before and after each: the step as the program takes it, the host's work included."""
+    import statistics
+    import time
+
+    import torch
+
+    walls = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn(*inputs)
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(walls)
+
+
+def waits_on_host(manifest: dict) -> str:
+    """What to tell a user whose captured step waits on the host (``WAITS_ON_HOST``), else ""."""
+    gpu, wall = manifest.get("step_gpu_us"), manifest.get("step_wall_us")
+    if not gpu or not wall or gpu >= WAITS_ON_HOST * wall:
+        return ""
+    return (f"the step waits on the host: its GPU work is {gpu / 1e3:.3f} of its {wall / 1e3:.3f} "
+            f"ms ({100 * gpu / wall:.0f} %), and faster kernels shorten only that part (CUDA "
+            "graphs, torch.compile(mode=\"reduce-overhead\"), or a larger batch keep the GPU busy)")
+
+
 def profiled_kernels(prof) -> dict[str, tuple[float, int]]:
     """Kernel name -> (µs of GPU time, runs) from a stopped ``torch.profiler`` (its CUDA
     events carry the Triton kernels' own names, graph nodes' too)."""
@@ -252,8 +286,9 @@ def capture(fn, *inputs, out, warmup: int = 1, profile: bool = True) -> dict:
         raise EvoError("capture: the call launched no Inductor Triton kernel (is it "
                        "torch.compile'd, on a CUDA device, and not all in cuBLAS?)")
     times, total = gpu_times(fn, inputs) if profile else ({}, 0.0)
+    wall = step_wall_us(fn, inputs) if profile else None
     return write(recorder.launches, out, times, total, source={
-        "torch": torch.__version__, "device": torch.cuda.get_device_name()})
+        "torch": torch.__version__, "device": torch.cuda.get_device_name()}, step_wall_us=wall)
 
 
 # ---------------------------------------------------------------------- writing (no torch)
@@ -367,10 +402,12 @@ def other_sizes(spec) -> list:
 
 
 def write(launches: list[Launch], out, times: dict[str, float] | None = None, total_us: float = 0.0,
-          source: dict | None = None, step_timed: bool = True) -> dict:
+          source: dict | None = None, step_timed: bool = True,
+          step_wall_us: float | None = None) -> dict:
     """The capture folder from recorded launches (module docstring); returns the manifest.
     ``total_us``: what the shares are of, the step's GPU time, or (``step_timed`` false:
-    ``evo capture`` of a whole program) the Triton kernels' own."""
+    ``evo capture`` of a whole program) the Triton kernels' own. ``step_wall_us``: the
+    step's own time (``step_wall_us()``), where a step was timed."""
     from evo import api
 
     out = Path(out).expanduser().resolve()  # the specs' paths are absolute: relative to it
@@ -411,6 +448,7 @@ def write(launches: list[Launch], out, times: dict[str, float] | None = None, to
     triton_us = sum(times.get(name, 0.0) for name in per_name)
     manifest = {"format": FORMAT, "source": source or {},
                 "step_gpu_us": (total_us or None) if step_timed else None,
+                "step_wall_us": step_wall_us if step_timed else None,
                 "share_of": "the step's GPU time" if step_timed else "the Triton kernels' GPU time",
                 "triton_gpu_us": triton_us or None, "kernels": kernels, "skipped": skipped}
     out.mkdir(parents=True, exist_ok=True)

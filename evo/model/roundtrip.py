@@ -48,7 +48,7 @@ def main(argv=None) -> int:
 
     import evo
     from evo.model import examples
-    from evo.model.capture import read
+    from evo.model.capture import read, waits_on_host
     from evo.model.check import ProgramCheck, keep_verdicts, kernel_verdicts
     from evo.model.install import Installed, plan
     from evo.model.verify import report, verify
@@ -64,6 +64,8 @@ def main(argv=None) -> int:
         step, inputs = build(layers=args.layers, dim=args.dim, batch=args.batch, tokens=args.tokens)
     evo.capture(step, *inputs, out=out / "capture")
     manifest = read(out / "capture")
+    if host := waits_on_host(manifest):  # said now, not after the whole job
+        print(f"capture: {host}", flush=True)
     kernels = manifest["kernels"][:args.top] if args.top else manifest["kernels"]
     results = evo.evolve([k["kernel_spec"] for k in kernels], generations=args.generations,
                          pop=args.pop, backend="gpu", out=str(out / "run"),

@@ -19,6 +19,8 @@ from __future__ import annotations
 import itertools
 import statistics
 
+from evo.model.capture import WAITS_ON_HOST
+
 
 def _tensors(out) -> list:
     import torch
@@ -176,7 +178,6 @@ def _in_model(t: dict | None) -> str:
             f"{t['timed']} each)")
 
 
-HOST_BOUND = 0.8  # a step whose profiled GPU time is below this part of its time waits on the host
 
 
 def report(verdict: dict, manifest: dict, choices, results=None) -> str:
@@ -193,7 +194,7 @@ def report(verdict: dict, manifest: dict, choices, results=None) -> str:
              f"{verdict['evolved_ms']:.3f} ms ({verdict['speedup']:.3f}x end to end, median of "
              f"{verdict['repeats']} rounds{control})", outputs_line(verdict)]
     step_ms = verdict["baseline_ms"]
-    if step_us and step_us < HOST_BOUND * 1e3 * step_ms:
+    if step_us and step_us < WAITS_ON_HOST * 1e3 * step_ms:
         lines.append(f"the GPU is busy {step_us / 1e3:.3f} ms of the {step_ms:.3f} ms step "
                      f"({100 * step_us / (1e3 * step_ms):.0f} %): the rest is the host launching "
                      "work, which faster kernels do not shorten (CUDA graphs do: "
