@@ -97,7 +97,8 @@ def model_lines(run: RunDir, results: list[KernelResult]) -> list[str]:
     from pathlib import Path
 
     from evo.model.budget import shares
-    from evo.model.capture import MANIFEST, waits_on_host
+    from evo.model.capture import MANIFEST
+    from evo.model.step_time import waits_on_host
 
     try:
         suite = tomllib.loads(run.config_text())["run"]["suite"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evo.model import capture
+from evo.model import capture, step_time
 from evo.model.capture import Arg, Launch
 from genomes.errors import EvoError
 
@@ -87,8 +87,8 @@ def test_a_step_that_waits_on_the_host_is_said_to_in_the_manifest_and_the_run_re
     busy = capture.write(launches, tmp_path / "busy", times, gpu, step_wall_us=gpu / 0.9)
     waits = capture.write(launches, tmp_path / "waits", times, gpu, step_wall_us=gpu * 3)
     assert capture.read(tmp_path / "waits")["step_wall_us"] == pytest.approx(gpu * 3)
-    assert capture.waits_on_host(busy) == "" and capture.waits_on_host({"step_gpu_us": gpu}) == ""
-    line = capture.waits_on_host(waits)
+    assert step_time.waits_on_host(busy) == "" and step_time.waits_on_host({"step_gpu_us": gpu}) == ""
+    line = step_time.waits_on_host(waits)
     assert line.startswith(f"the step waits on the host: its GPU work is {gpu / 1e3:.3f} of its "
                            f"{3 * gpu / 1e3:.3f} ms (33 %)"), line
     program = capture.write(launches, tmp_path / "program", times, gpu, step_timed=False, step_wall_us=1.0)
@@ -356,4 +356,4 @@ def test_the_profilers_kernel_times_add_up_by_name():
               Event(key="j", device_time_total=0.0, device_type="DeviceType.CUDA", count=4),
               Event(key="aten::add", device_time_total=3.0, device_type="DeviceType.CPU", count=1)]
     prof = Event(key_averages=lambda: events)
-    assert capture.profiled_kernels(prof) == {"k": (15.0, 3)}
+    assert step_time.profiled_kernels(prof) == {"k": (15.0, 3)}

@@ -25,7 +25,7 @@ def decoder_capture(tmp_path_factory):
 
 
 def test_the_decoders_triton_kernels_are_captured_with_their_share_of_the_step(decoder_capture):
-    from evo.model.capture import waits_on_host
+    from evo.model.step_time import waits_on_host
 
     m = decoder_capture
     assert m["kernels"], m["skipped"]

@@ -169,7 +169,7 @@ class ProgramRecorder(LaunchHook):
             return
         import torch
 
-        from evo.model.capture import profiled_kernels
+        from evo.model.step_time import profiled_kernels
 
         torch.cuda.synchronize()
         self._profiler.stop()

@@ -48,7 +48,8 @@ def main(argv=None) -> int:
 
     import evo
     from evo.model import examples
-    from evo.model.capture import read, waits_on_host
+    from evo.model.capture import read
+    from evo.model.step_time import waits_on_host
     from evo.model.check import ProgramCheck, keep_verdicts, kernel_verdicts
     from evo.model.install import Installed, plan
     from evo.model.verify import report, verify

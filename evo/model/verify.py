@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import statistics
 
-from evo.model.capture import WAITS_ON_HOST
+from evo.model.step_time import WAITS_ON_HOST
 
 
 def _tensors(out) -> list:
