@@ -357,3 +357,19 @@ def test_the_profilers_kernel_times_add_up_by_name():
               Event(key="aten::add", device_time_total=3.0, device_type="DeviceType.CPU", count=1)]
     prof = Event(key_averages=lambda: events)
     assert step_time.profiled_kernels(prof) == {"k": (15.0, 3)}
+
+
+def test_the_round_trip_says_which_package_its_model_needs(tmp_path, capsys):
+    """torch (or torchvision, transformers) missing: a usage error naming it, no traceback."""
+    import importlib.util
+
+    from evo.model import roundtrip
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+    for model in (["--transformers", "gpt2", "--train"], ["--torchvision", "resnet18"], []):
+        with pytest.raises(SystemExit) as stop:
+            roundtrip.main(model + ["--out", str(tmp_path)])
+        assert stop.value.code == 2
+        assert "the model needs torch, which is not installed here" in capsys.readouterr().err
+    assert not (tmp_path / "capture").exists()

@@ -55,14 +55,11 @@ def main(argv=None) -> int:
     from evo.model.verify import report, verify
 
     out = Path(args.out)
-    if args.torchvision:
-        step, inputs = examples.torchvision_inference(args.torchvision, batch=args.batch)
-    elif args.transformers:
-        build = examples.transformers_training if args.train else examples.transformers_inference
-        step, inputs = build(args.transformers, batch=args.batch, tokens=args.tokens)
-    else:
-        build = examples.decoder_training if args.train else examples.decoder_inference
-        step, inputs = build(layers=args.layers, dim=args.dim, batch=args.batch, tokens=args.tokens)
+    try:
+        step, inputs = _model(args, examples)
+    except ModuleNotFoundError as err:  # torch, torchvision or transformers missing here
+        parser.exit(2, f"evo.model.roundtrip: the model needs {err.name}, which is not "
+                       f"installed here (pip install {err.name})\n")
     evo.capture(step, *inputs, out=out / "capture")
     manifest = read(out / "capture")
     if host := waits_on_host(manifest):  # said now, not after the whole job
@@ -93,6 +90,17 @@ def main(argv=None) -> int:
         "results": [str(r) for r in results]}, indent=1) + "\n")
     kernels_agree = all(r["agree"] for runs in verdict["checks"].values() for r in runs)
     return 0 if verdict["outputs_agree"] and kernels_agree else 1
+
+
+def _model(args, examples):
+    """(step, inputs) of the model the arguments name."""
+    if args.torchvision:
+        return examples.torchvision_inference(args.torchvision, batch=args.batch)
+    if args.transformers:
+        build = examples.transformers_training if args.train else examples.transformers_inference
+        return build(args.transformers, batch=args.batch, tokens=args.tokens)
+    build = examples.decoder_training if args.train else examples.decoder_inference
+    return build(layers=args.layers, dim=args.dim, batch=args.batch, tokens=args.tokens)
 
 
 if __name__ == "__main__":
