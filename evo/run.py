@@ -18,7 +18,7 @@ from pathlib import Path
 
 from genomes.errors import EvoError
 from genomes.genome import Genome, apply_genome
-from harness.kernels.peers import PeerInputs, peer_or_reason, prepare_peer
+from harness.kernels.peer_process import time_in_process
 from harness.kernels.spec import KernelSpec, with_caches
 
 from evo import config as config_mod
@@ -240,16 +240,11 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         if backend.remeasures and spec.peer and saved.peer is None:
             progress.note(f"{spec.name}: timing its peer {spec.peer}")
             start = time.perf_counter()
-            # torch's import, its CUDA contexts and the host's work, the GPU not held
-            prepared = prepare_peer(spec, tuple(config.run.gpus))
-            if not isinstance(prepared, PeerInputs):  # why torch cannot time it: no GPU needed
-                saved.peer = prepared
-            else:
-                with turns.alone() as gpu:
-                    taken = time.perf_counter()
-                    saved.peer = peer_or_reason(spec, config.run.gpus[0] if gpu is None else gpu,
-                                                prepared)
-                    spent.add(report.PEER_GPU, taken)
+            # in a process of its own: torch's import, its CUDA contexts and the inputs,
+            # then the GPU alone (no turn where torch cannot time it here)
+            saved.peer, held = time_in_process(spec, turns.alone, tuple(config.run.gpus))
+            if held:
+                spent.add_parts({report.PEER_GPU: held})
             spent.add("peer", start)
         ledger.save()  # the steps' seconds, the peer
         bar.end(result)

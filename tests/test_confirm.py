@@ -4,6 +4,7 @@ past the store, on a backend whose readings drift (a stand-in for a GPU)."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from conftest import needs_ptxas
@@ -108,7 +109,7 @@ def test_a_peer_torch_cannot_time_takes_no_gpu_turn(tmp_path, monkeypatch):
     import contextlib
 
     import harness.backends
-    from harness.kernels import peers
+    from harness.kernels import peer_process
 
     backend = DriftingBackend()
     lent = []
@@ -120,9 +121,11 @@ def test_a_peer_torch_cannot_time_takes_no_gpu_turn(tmp_path, monkeypatch):
 
     backend.lend = lend
     monkeypatch.setattr(harness.backends, "make_backend", lambda *a, **k: backend)
-    monkeypatch.setattr(peers, "prepare_peer", lambda spec, gpus=(): {
-        "peer": spec.peer, "reason": "torch sees no GPU"})
-    monkeypatch.setattr(run_mod, "prepare_peer", peers.prepare_peer)
+    # the peer's own process finds no GPU for torch and ends before it is ready
+    monkeypatch.setattr(peer_process, "torch_installed", lambda: True)
+    monkeypatch.setattr(peer_process, "command", lambda path, devices: [
+        sys.executable, "-c", f"print({peer_process.RESULT!r} + "
+        "'{\"peer\": \"relu\", \"reason\": \"torch sees no GPU\"}')"])
     config = Config().override("run", suite=["relu"], generations=1, pop=2,
                                store=str(tmp_path / "store.sqlite"))
     run = run_mod.start_run(config, tmp_path / "run")

@@ -429,6 +429,27 @@ def test_a_process_that_ends_before_its_turn_is_reported_not_waited_for(tmp_path
     assert runs["c"][:2] == (0, "saved\n") and runs["c"][2] >= 3 and held < 2
 
 
+def test_no_turn_is_taken_where_every_process_ended_before_it_was_ready(tmp_path):
+    """Nothing would run on the GPU (torch sees none, a setup error): a turn would hold it
+    for nothing, and a run's other work on that GPU would wait meanwhile."""
+    from harness.gpu import ready_runs
+
+    taken = []
+
+    @contextlib.contextmanager
+    def turn():
+        taken.append(True)
+        yield 0
+
+    failing = [sys.executable, "-c", "import sys; print('no GPU here'); sys.exit(0)"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    runs, held = ready_runs.run_when_ready({"a": failing, "b": failing}, 60, tmp_path, env, turn)
+    assert runs["a"][:2] == (0, "no GPU here\n") and held == 0.0 and taken == []
+    ready = [sys.executable, "-c", "from harness.gpu.ready_runs import wait_for_turn; print(wait_for_turn())"]
+    runs, _ = ready_runs.run_when_ready({"a": failing, "b": ready}, 60, tmp_path, env, turn)
+    assert taken == [True] and runs["b"][:2] == (0, "0\n")  # one ready: the turn is taken
+
+
 def _fake_driver(tmp_path, *args: str, turn: str):
     """The driver under the fake CuPy, ``turn`` written to its stdin."""
     spec = find_kernel("relu")

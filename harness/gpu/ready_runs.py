@@ -60,6 +60,8 @@ class _Started:
         self.lines: list[str] = []
         self.ready = threading.Event()  # set at READY, or when the output ends
         self.released = threading.Event()  # set at GPU_DONE, or when the output ends
+        self.said_ready = False  # it printed READY (not only ended)
+        self.ended = threading.Event()  # its output ended (it exited, or closed it)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -69,10 +71,12 @@ class _Started:
             marked = False
             for marker, event in ((READY, self.ready), (GPU_DONE, self.released)):
                 if marker in line:
+                    self.said_ready = self.said_ready or marker == READY
                     event.set()
                     line, marked = line.replace(marker, ""), True
             if not marked or line.strip():
                 self.lines.append(line)
+        self.ended.set()  # before ready: a caller woken by it sees the end
         self.ready.set()
         self.released.set()
 
@@ -104,7 +108,8 @@ def run_when_ready(commands: dict[str, list[str]], timeout_s: float, cwd, env: d
                    turn: Callable[[], contextlib.AbstractContextManager]) -> tuple[dict, float]:
     """Start every command (each calls ``wait_for_turn`` before its GPU work), wait until
     all are ready or ended (``timeout_s``), then inside ``turn()`` let them go on the
-    turn's device and wait until each is done with it; then wait for them to end (within
+    turn's device and wait until each is done with it (no turn at all where every one
+    ended without getting ready); then wait for them to end (within
     ``timeout_s`` of the go). Returns ({name: (exit code or None when timed out, stdout
     and stderr together without the ``READY`` and ``GPU_DONE`` lines, seconds since
     start)}, the seconds the turn was held)."""
@@ -115,14 +120,19 @@ def run_when_ready(commands: dict[str, list[str]], timeout_s: float, cwd, env: d
         deadline = time.perf_counter() + timeout_s
         for run in started.values():
             run.ready.wait(max(0.0, deadline - time.perf_counter()))
-        with turn() as gpu:
-            held = time.perf_counter()
-            deadline = held + timeout_s
-            for run in started.values():
-                run.go(gpu)
-            for run in started.values():
-                run.released.wait(max(0.0, deadline - time.perf_counter()))
-            held = time.perf_counter() - held
+        if all(run.ended.is_set() and not run.said_ready for run in started.values()):
+            # every one ended before it was ready (torch sees no GPU, a setup error): a
+            # turn would hold a GPU for nothing
+            held, deadline = 0.0, time.perf_counter() + timeout_s
+        else:
+            with turn() as gpu:
+                held = time.perf_counter()
+                deadline = held + timeout_s
+                for run in started.values():
+                    run.go(gpu)
+                for run in started.values():
+                    run.released.wait(max(0.0, deadline - time.perf_counter()))
+                held = time.perf_counter() - held
         done = {name: run.finish(max(0.0, deadline - time.perf_counter()), timeout_s)
                 for name, run in started.items()}
         return done, held
