@@ -45,3 +45,18 @@ def test_the_peer_computes_what_the_kernel_computes(path):
     bad = ~np.isclose(p, g, rtol=rtol, atol=atol, equal_nan=True)
     assert not bad.any(), (f"{bad.sum()} of {bad.size} differ; first at {np.argmax(bad)}: "
                            f"peer {p[np.argmax(bad)]} kernel {g[np.argmax(bad)]}")
+
+
+def test_a_runs_peer_is_timed_in_a_process_of_its_own():
+    """What ``evo run`` does for a kernel with a peer (``harness.kernels.peer_process``):
+    torch, its context and the inputs in the peer's own process before the turn, then
+    the peer timed on the turn's GPU and its figures back as the report quotes them."""
+    import contextlib
+
+    pytest.importorskip("torch")
+    from harness.kernels.peer_process import time_in_process
+    from harness.kernels.suite import find_kernel
+
+    got, held = time_in_process(find_kernel("relu@1M"), lambda: contextlib.nullcontext(0), (0,))
+    assert got["peer_us"] > 0 and got["peer_agrees"] is True, got
+    assert got["peer_caches"].startswith("warm") and 0 <= held < 60
