@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.gpu.ready_runs import run_when_ready
+from harness.gpu.ready_runs import ROOT, checkout_env, run_when_ready
 
 OK = "ok"
 NOT_RUN = "not run"
@@ -63,8 +63,6 @@ for a model's kernels) then run without its instrumentation; API errors are stil
 Sixteen checks of resnet50's kernels at once: 23.4 -> 19.6 s (BENCHMARKS.md, session 23)."""
 DRIVER_OK = "evo-finalist-driver: ok"
 """The line the driver prints after a launch that synchronized without a CUDA error."""
-
-_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -218,13 +216,6 @@ def _driver_cmd(cubin: Path, spec_path: Path, launch, seed: int, out: Path | Non
     return cmd
 
 
-def _env() -> dict:
-    """The driver's environment: this checkout importable, the GPUs this process sees (the
-    ordinal of the turn's GPU is given on its stdin, ``harness.gpu.ready_runs``)."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p))
-
-
 def uses_shared_memory(spec, ptx: str) -> bool:
     """True when the kernel declares shared memory or the spec gives it dynamic shared memory."""
     return spec.shared_mem > 0 or bool(re.search(r"\.shared\b", ptx))
@@ -310,7 +301,7 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
         # The runs are independent processes: all at once, read in the docstring's order.
         # Each needs ~1 s to start Python and CuPy (more under the sanitizer) before it
         # touches the GPU: they start first, and the GPU is held only once all are ready.
-        runs, held = run_when_ready(commands, timeout_s, _ROOT, _env(),
+        runs, held = run_when_ready(commands, timeout_s, ROOT, checkout_env(),
                                     turn or (lambda: contextlib.nullcontext(gpu)))
         details["gpu_held_s"] = round(held, 2)
         failed = _first_failure(tools, commands, runs, details)

@@ -19,11 +19,23 @@ its outputs, the sanitizer's report, the exit) happens with the turn given back.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: processes start here
+
+
+def checkout_env() -> dict:
+    """A started process's environment: this checkout importable, the GPUs this process
+    sees (the ordinal of the turn's GPU is given on its stdin)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+
 
 READY = "evo-ready-for-a-gpu"
 """The line a process prints when all it does before touching the GPU is done."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -27,7 +26,6 @@ RESULT = "evo-peer-result: "
 """The prefix of the line that holds the peer's figures (or why it has none) as JSON."""
 TIMEOUT_S = 300.0  # to get ready, and again to time the peer once it has its turn
 
-_ROOT = Path(__file__).resolve().parents[2]
 
 
 def command(spec_path: Path, devices: tuple[int, ...]) -> list[str]:
@@ -48,18 +46,16 @@ def time_in_process(spec, turn, devices: tuple[int, ...] = (),
     taken only once the process is ready; none is taken where torch is not installed here
     or the process ended before it was ready (torch sees no GPU, the peer failed). None
     when the spec names no peer."""
-    from harness.gpu.ready_runs import run_when_ready
+    from harness.gpu.ready_runs import ROOT, checkout_env, run_when_ready
     from harness.kernels.spec_write import spec_file
 
     if not spec.peer:
         return None, 0.0
     if not torch_installed():  # said without starting anything
         return {"peer": spec.peer, "reason": "torch is not installed here"}, 0.0
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p))
     with tempfile.TemporaryDirectory(prefix="evo-peer-") as tmp:
         cmd = command(spec_file(spec, Path(tmp)), devices)
-        runs, held = run_when_ready({"peer": cmd}, timeout_s, _ROOT, env, turn)
+        runs, held = run_when_ready({"peer": cmd}, timeout_s, ROOT, checkout_env(), turn)
     code, text, _ = runs["peer"]
     for line in reversed(text.splitlines()):
         if line.startswith(RESULT):
@@ -76,7 +72,7 @@ def _say(result: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The process's side: the host's work, ``READY``, the peer timed on the turn's GPU."""
     from harness.gpu.ready_runs import done_with_gpu, wait_for_turn
-    from harness.kernels.peers import _failed, peer_inputs, time_peer
+    from harness.kernels.peers import failure, peer_inputs, time_peer
     from harness.kernels.spec import load_spec
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -97,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.empty(1, device=f"cuda:{gpu}")  # an allocation: the context, no kernel
         prepared = peer_inputs(spec)
     except Exception as err:  # a peer that fails says why; the run goes on
-        _say(_failed(spec, err))
+        _say(failure(spec, err))
         return 0
     gpu = wait_for_turn()
     try:
@@ -105,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             result = time_peer(spec, torch, prepared=prepared)
         torch.cuda.synchronize()
     except Exception as err:
-        result = _failed(spec, err)
+        result = failure(spec, err)
     finally:
         done_with_gpu()
     _say(result)

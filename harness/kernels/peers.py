@@ -133,7 +133,7 @@ def prepare_peer(spec, gpus: tuple[int, ...] = ()) -> PeerInputs | dict | None:
             torch.empty(1, device=f"cuda:{gpu}")  # an allocation: the context, no kernel
         return peer_inputs(spec)
     except Exception as err:
-        return _failed(spec, err)
+        return failure(spec, err)
 
 
 def peer_or_reason(spec, gpu: int, prepared: PeerInputs | dict | None = None) -> dict | None:
@@ -149,10 +149,10 @@ def peer_or_reason(spec, gpu: int, prepared: PeerInputs | dict | None = None) ->
         with torch.cuda.device(gpu):
             return time_peer(spec, torch, prepared=prepared)
     except Exception as err:  # a peer that fails says why; the run goes on
-        return _failed(spec, err)
+        return failure(spec, err)
 
 
-def _failed(spec, err: Exception) -> dict:
+def failure(spec, err: Exception) -> dict:
     """What a run's report quotes for a peer that could not be timed."""
     return {"peer": spec.peer, "reason": f"{type(err).__name__}: {err}"[:300]}
 
