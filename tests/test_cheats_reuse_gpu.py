@@ -110,19 +110,19 @@ def test_the_evaluator_rejects_a_module_state_memo_before_the_gpu(tmp_path):
 HEAVY = Path(__file__).parent / "data" / "reuse" / "heavy.toml"
 
 
+def request(ptx: str) -> MeasureRequest:
+    """heavy.toml's variant ``ptx`` against its own PTX, measured by the worker directly."""
+    spec = load_spec(HEAVY)
+    return MeasureRequest(spec=spec, cubin=cubin(ptx), baseline_cubin=cubin(spec.ptx_text()),
+                          check_seeds=SEEDS, timing_seed=TIMING_SEED, timeout_s=60.0)
+
+
 def test_a_memo_on_the_outputs_timed_with_events_is_caught_by_the_reuse_probe(worker):
     """tests/data/reuse/heavy.cu: a per-block 32-bit key in the outputs' rounding slack
     passes every output check (poisoned and pre-filled outputs match with odds 2^-32 per
     block) and skipped its work in the events graph; harness.gpu.reuse_probe times its launches
     on wiped outputs, less the wipes. The honest kernel is timed at what those take."""
-    spec = load_spec(HEAVY)
-    base = spec.ptx_text()
-
-    def request(ptx: str) -> MeasureRequest:
-        return MeasureRequest(spec=spec, cubin=cubin(ptx), baseline_cubin=cubin(base),
-                              check_seeds=SEEDS, timing_seed=TIMING_SEED, timeout_s=60.0)
-
-    honest = worker.measure(request(base))
+    honest = worker.measure(request(load_spec(HEAVY).ptx_text()))
     assert honest.valid, honest.reason
     probe = honest.notes["reuse_probe_us"]
     assert probe["timed"] >= REUSE_SHARE * probe["wiped"], probe
@@ -140,14 +140,7 @@ def test_a_memo_that_tells_the_timed_graph_by_the_time_between_launches_is_caugh
     session 24), and skips in the timed graph alone. Measured by the worker directly: the
     static check, which rejects its clock read before ptxas (harness.timer_reads), is not
     run here, so this is the probe's own verdict."""
-    spec = load_spec(HEAVY)
-    base = spec.ptx_text()
-
-    def request(ptx: str) -> MeasureRequest:
-        return MeasureRequest(spec=spec, cubin=cubin(ptx), baseline_cubin=cubin(base),
-                              check_seeds=SEEDS, timing_seed=TIMING_SEED, timeout_s=60.0)
-
-    honest = worker.measure(request(base))
+    honest = worker.measure(request(load_spec(HEAVY).ptx_text()))
     assert honest.valid, honest.reason
     probe = honest.notes["reuse_probe_us"]
     gap_us = probe["timed"] + probe["wipes"] / 2

@@ -127,22 +127,32 @@ def decoder_training(layers: int = 2, dim: int = 256, batch: int = 8, tokens: in
             logits = model(ids)
         return F.cross_entropy(logits.float().view(-1, vocab), targets.view(-1))
 
+    return _training_step(model, optimizer, loss_of), (ids, targets)
+
+
+def _training_step(model, optimizer, loss_of):
+    """The compiled training step of ``model``: ``loss_of(*inputs)`` compiled, its backward,
+    ``optimizer``'s step compiled; returns the loss. ``step.eager`` is the same uncompiled,
+    ``step.reset`` puts weights and optimizer back as they were here, ``step.state`` the
+    weights."""
+    import torch
+
     compiled_loss = torch.compile(loss_of)
 
     @torch.compile
     def update():
         optimizer.step()
 
-    def step(ids, targets):
+    def step(*inputs):
         optimizer.zero_grad(set_to_none=True)
-        loss = compiled_loss(ids, targets)
+        loss = compiled_loss(*inputs)
         loss.backward()
         update()
         return loss.detach()
 
-    def eager(ids, targets):
+    def eager(*inputs):
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_of(ids, targets)
+        loss = loss_of(*inputs)
         loss.backward()
         optimizer.step()
         return loss.detach()
@@ -157,7 +167,7 @@ def decoder_training(layers: int = 2, dim: int = 256, batch: int = 8, tokens: in
 
     step.eager, step.reset = eager, reset
     step.state = lambda: [p.detach() for p in model.parameters()]
-    return step, (ids, targets)
+    return step
 
 
 def _no_grad(fn):
@@ -262,32 +272,4 @@ def transformers_training(name: str = "gpt2", batch: int = 8, tokens: int = 512,
         with torch.autocast("cuda", dtype=torch.bfloat16):
             return model(input_ids=ids, labels=ids).loss
 
-    compiled_loss = torch.compile(loss_of)
-
-    @torch.compile
-    def update():
-        optimizer.step()
-
-    def step(ids):
-        optimizer.zero_grad(set_to_none=True)
-        loss = compiled_loss(ids)
-        loss.backward()
-        update()
-        return loss.detach()
-
-    def eager(ids):
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_of(ids)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    start = ({k: v.clone() for k, v in model.state_dict().items()}, _copy(optimizer.state_dict()))
-
-    def reset():
-        model.load_state_dict(start[0])
-        optimizer.load_state_dict(_copy(start[1]))
-
-    step.eager, step.reset = eager, reset
-    step.state = lambda: [p.detach() for p in model.parameters()]
-    return step, (ids,)
+    return _training_step(model, optimizer, loss_of), (ids,)
