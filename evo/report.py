@@ -306,7 +306,9 @@ def time_lines(checkpoint: dict, host: dict | None = None) -> list[str]:
                   "included; both within *search*."]
     if FINALIST_GPU in steps or PEER_GPU in steps:
         lines += ["", "*finalist check: GPU*, *peer: GPU*: the seconds the step held a GPU "
-                  "(no measurement ran on it meanwhile), within the step."]
+                  "(no measurement ran on it meanwhile); the finalist check's within its step. "
+                  "*peer*: the wait for the peer's timing after the search; it begins with "
+                  "the search, so its GPU seconds may fall within the search."]
     return lines + [""] * bool(host) + host_lines(host)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from genomes.errors import EvoError
 from genomes.genome import Genome, apply_genome
-from harness.kernels.peer_process import time_in_process
+from harness.kernels import peer_process
 from harness.kernels.spec import KernelSpec, with_caches
 
 from evo import config as config_mod
@@ -168,8 +168,16 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
         progress.note("evaluations per kernel (share of the step): " + ", ".join(
             f"{name} {n}" for name, n in budgets.items()))
 
+    peers = {}  # kernel -> its peer's timing, begun with its search (peer_process.begin)
+
     def one_kernel(spec: KernelSpec, slot: int):
         ledger = ledgers[spec.name]
+        entry = kernel_entry(ledger.checkpoint, spec.name)
+        if backend.remeasures and spec.peer and (entry is None or entry.peer is None):
+            # in a process of its own: torch's import, its CUDA contexts and the inputs
+            # while the search runs, then the GPU alone (no turn where torch cannot time
+            # it here)
+            peers[spec.name] = peer_process.begin(spec, turns.alone, tuple(config.run.gpus))
         config_k = config.override("run", max_evals=budgets[spec.name]) if budgets else config
         bar = progress.start_kernel(spec.name, _total_generations(config), slot)
         prior = ledger.checkpoint[PRIORS].get(spec.name)
@@ -237,12 +245,12 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             if result.confirmed is not before:  # not the checkpoint's (resumed) one
                 ledger.events([{"type": "confirm", "kernel": spec.name, **result.confirmed}])
             ledger.save()
-        if backend.remeasures and spec.peer and saved.peer is None:
-            progress.note(f"{spec.name}: timing its peer {spec.peer}")
+        peer = peers.pop(spec.name, None)
+        if peer is not None:
+            if not peer.done():
+                progress.note(f"{spec.name}: waiting for its peer {spec.peer}'s timing")
             start = time.perf_counter()
-            # in a process of its own: torch's import, its CUDA contexts and the inputs,
-            # then the GPU alone (no turn where torch cannot time it here)
-            saved.peer, held = time_in_process(spec, turns.alone, tuple(config.run.gpus))
+            saved.peer, held = peer.result()
             if held:
                 spent.add_parts({report.PEER_GPU: held})
             spent.add("peer", start)

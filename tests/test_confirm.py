@@ -133,3 +133,44 @@ def test_a_peer_torch_cannot_time_takes_no_gpu_turn(tmp_path, monkeypatch):
     saved = json.loads((run.path / "checkpoint.json").read_text())
     assert saved["kernels"]["relu"]["peer"]["reason"] == "torch sees no GPU"
     assert False not in lent  # no turn alone (finalist checks may share one: True)
+
+
+@needs_ptxas
+def test_a_peer_is_begun_with_its_kernels_search(tmp_path, monkeypatch):
+    """The peer's process (torch's import, its inputs: seconds of host work) starts when
+    the kernel's search does, not after it: the search's measurements see it started, and
+    its figure reaches the checkpoint as before."""
+    import time
+
+    import harness.backends
+    from harness.kernels import peer_process
+
+    flag = tmp_path / "peer-started"
+
+    class Watching(DriftingBackend):
+        seen = []
+
+        def measure_many(self, spec, variants, baseline=None):
+            if not self.seen:  # the search's first batch: give the process time to start
+                deadline = time.monotonic() + 20
+                while not flag.exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            self.seen.append(flag.exists())
+            return super().measure_many(spec, variants, baseline)
+
+    backend = Watching()
+    backend.lend = None
+    monkeypatch.setattr(harness.backends, "make_backend", lambda *a, **k: backend)
+    monkeypatch.setattr(peer_process, "torch_installed", lambda: True)
+    monkeypatch.setattr(peer_process, "command", lambda path, devices: [
+        sys.executable, "-c", f"open({str(flag)!r}, 'w').close()\n"
+        "from harness.gpu.ready_runs import wait_for_turn, done_with_gpu\n"
+        "wait_for_turn(); done_with_gpu()\n"
+        f"print({peer_process.RESULT!r} + '{{\"peer\": \"relu\", \"peer_us\": 1.5}}')"])
+    config = Config().override("run", suite=["relu"], generations=1, pop=2,
+                               store=str(tmp_path / "store.sqlite"))
+    run = run_mod.start_run(config, tmp_path / "run")
+    run_mod.execute(run, config, run_mod.new_checkpoint(config), verbosity=0)
+    assert backend.seen and backend.seen[0]  # started before the search's first batch ended
+    saved = json.loads((run.path / "checkpoint.json").read_text())
+    assert saved["kernels"]["relu"]["peer"] == {"peer": "relu", "peer_us": 1.5}

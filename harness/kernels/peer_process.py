@@ -11,15 +11,18 @@ result as one line after ``RESULT``.
 
     python -m harness.kernels.peer_process SPEC.toml [--devices 0,1]     # the process's side
     time_in_process(spec, turn, devices)                                 # the run's side
+    begin(spec, turn, devices).result()                                  # the same, begun early
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib.util
 import json
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 RESULT = "evo-peer-result: "
@@ -63,6 +66,26 @@ def time_in_process(spec, turn, devices: tuple[int, ...] = (),
     tail = " ".join(text.strip().splitlines()[-3:])[-300:]
     why = "ran past its time" if code is None else f"exited with status {code}"
     return {"peer": spec.peer, "reason": f"its timing process {why}: {tail}"}, held
+
+
+def begin(spec, turn, devices: tuple[int, ...] = ()) -> concurrent.futures.Future:
+    """``time_in_process`` begun now in a thread of its own; its ``result()`` is that
+    call's. A run begins a kernel's peer with its search: the process's ~7 s of host work
+    (torch's import, its contexts, the 4-16M-element inputs) then overlap the search
+    instead of following it (issue 27's mix on an H200: 7.3-8.7 s of each large kernel's
+    steps after its search, BENCHMARKS.md session 25), and its GPU turn comes whenever it
+    is ready: the peer's figure depends on nothing the search finds."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def work() -> None:
+        try:
+            future.set_result(time_in_process(spec, turn, devices))
+        except BaseException as err:  # the caller's result() raises it
+            future.set_exception(err)
+
+    # a daemon: an interrupted run does not wait for it (its process sees stdin close)
+    threading.Thread(target=work, name=f"peer-{spec.name}", daemon=True).start()
+    return future
 
 
 def _say(result: dict) -> None:
