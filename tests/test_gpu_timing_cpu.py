@@ -36,6 +36,7 @@ class FakeDeviceArray:
 
 class FakeRunner:
     phases = staticmethod(no_phases)
+    cuda_errors = ()  # its stream cannot capture: every batch is launched one by one
 
     def __init__(self, broken: bool = False):
         self.clock_buf = FakeDeviceArray(np.zeros(4096, dtype=np.uint64))
@@ -92,8 +93,13 @@ class FakeRunner:
     def written_on_device(self, spec, images):
         return {"seed": images["seed"]}
 
-    def restore(self, bufs, kept):  # no upload: the launch after it is a timed one
-        self.events.append("restore")
+    def on_device(self, spec, images):  # every buffer's image: restoring it is an upload
+        return {"seed": images["seed"], "whole": True}
+
+    def restore(self, bufs, kept):
+        if kept.get("whole"):
+            return self.upload(None, bufs, kept)
+        self.events.append("restore")  # no upload: the launch after it is a timed one
         self.restores.append(kept["seed"])
         self.uploaded[bufs["a"]] = kept["seed"]
 
@@ -175,7 +181,7 @@ def test_cold_clock64_timing_flushes_the_l2_before_every_launch():
     _, notes = gpu_timing.time_clock64(runner, req)
     batch = (["upload", "flush", "launch"] + ["restore", "flush", "launch"] * gpu_timing.CLOCK_BATCH
              + ["settle buffer a"])
-    assert runner.events == batch
+    assert runner.events == ["flush"] + batch  # the first: its buffer made before any capture
     assert notes["caches"].startswith("cold (the L2 flushed before each launch")
     warm = FakeRunner()
     _, notes = gpu_timing.time_clock64(warm, request(warmup=0, min_reps=8, max_reps=8))
@@ -247,3 +253,25 @@ def test_events_timing_spares_outputs_computed_from_an_inout_after_timing(monkey
     assert len(samples) == 10 and notes["us_per_launch"] == 5.0
     spared = frozenset({"a", "b"}) if with_inout else frozenset()
     assert runner.checked == [("after timing", spared)]
+
+
+def test_each_input_sets_batch_is_captured_once_and_replayed(monkeypatch):
+    """A batch (upload, launches, restores, settle) is captured as a graph once per input
+    set and replayed after: the same launches in the same order as batches launched one
+    by one, with a capture for each of the two sets alone (warm-up in whole batches)."""
+    captured = []
+
+    def replayable(runner, run):
+        captured.append(run)
+        run()  # the capture's own check runs it once
+        return run, ""
+
+    runner, plain = FakeRunner(), FakeRunner()
+    _, said = gpu_timing.time_clock64(plain, request(warmup=10, min_reps=32, max_reps=32))
+    assert said["batches"].startswith("launched one by one: capture failed")
+    monkeypatch.setattr(gpu_timing, "replayable", replayable)
+    samples, notes = gpu_timing.time_clock64(runner, request(warmup=10, min_reps=32, max_reps=32))
+    assert len(captured) == 2 and notes["batches"] == "each replayed from a CUDA graph (2 captured)"
+    assert runner.events == plain.events and runner.launched == plain.launched
+    assert runner.uploads == 2 + 32 // gpu_timing.CLOCK_BATCH  # warm-up: two whole batches
+    assert len(samples) == 32 and AFTER_UPLOAD not in samples

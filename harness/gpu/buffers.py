@@ -181,6 +181,12 @@ class ArenaBuffers:
         what ``restore`` puts back before each timed clock64 launch."""
         return {p.name: self.cp.asarray(images[p.name]) for p in spec.buffers() if p.role != "in"}
 
+    def on_device(self, spec, images: dict) -> dict:
+        """Device copies of every buffer's image (``restore`` copies them in as an upload
+        on the stream: clock64 timing's batches are captured as graphs, and a copy from
+        host memory cannot be)."""
+        return {p.name: self.cp.asarray(images[p.name]) for p in spec.buffers()}
+
     def restore(self, bufs: dict, kept: dict) -> None:
         """Copy ``kept`` (from ``written_on_device``) into ``bufs``: device to device, queued
         on the runner's stream, so launches still follow each other without a host wait."""
