@@ -309,9 +309,6 @@ def time_lines(checkpoint: dict, host: dict | None = None) -> list[str]:
                   "(no measurement ran on it meanwhile); the finalist check's within its step. "
                   "*peer*: the wait for the peer's timing after the search; it begins with "
                   "the search, so its GPU seconds may fall within the search."]
-    if "finalist check" in steps:
-        lines += ["", "*measured again* and *reduce* begin beside the finalist check (done "
-                  "again where it kept another genome): the total counts them apart."]
     return lines + [""] * bool(host) + host_lines(host)
 
 

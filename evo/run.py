@@ -22,8 +22,8 @@ from harness.kernels import peer_process
 from harness.kernels.spec import KernelSpec, with_caches
 
 from evo import config as config_mod
-from evo import last_steps, report, runmeta, strategies
-from evo.checkpoint import BACKEND, EVENTS_BYTES, LLM, PRIORS, SECONDS, KernelEntry, section
+from evo import report, runmeta, strategies
+from evo.checkpoint import BACKEND, EVENTS_BYTES, LLM, PRIORS, REDUCED, SECONDS, KernelEntry, section
 from evo.checkpoint import kernel as kernel_entry
 from evo.config import Config
 from evo.driver import AUTO_JOBS_PER_SLOT, GpuTurns, KernelLedger, each_kernel, jobs_for
@@ -215,14 +215,7 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
             spent.add("other sizes", start)
             progress.note(f"{spec.name}: at its other captured sizes: {_sizes_said(saved.sizes)}")
             ledger.save()
-        checking = config.run.confirm and backend.remeasures  # a GPU: finalists checked
-        code_keys = functools.partial(evaluator.code_keys, spec)
-        measure = measuring.measure if backend.remeasures else None
-        ahead = None
-        if checking:
-            # the best measured again and reduced meanwhile (evo.last_steps)
-            ahead = last_steps.begin(backend, spec, result.best_genome, ledger.checkpoint,
-                                     saved, code_keys, measure, turns.shared)
+        if config.run.confirm and backend.remeasures:  # a GPU: finalists checked
             # Its GPU is chosen first, its processes make their CUDA context there, and the
             # GPU is taken once they are ready, beside other kernels' checks, never beside
             # a timing (where GPUs are not lent, contexts first only on a run of one GPU).
@@ -239,16 +232,15 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
                 with turns.shared():
                     _check_other_sizes(spec, result, saved, evaluator, others, ledger.events, tries=1)
             ledger.save()
-            ahead = ahead.result()  # its seconds ran beside the check's (report.md says so)
-            spent.add_parts(ahead["seconds"])
         start = time.perf_counter()
-        if last_steps.reduce(spec, result, ledger.checkpoint, code_keys, measure, ahead):
+        if _reduce(spec, result, ledger.checkpoint, functools.partial(evaluator.code_keys, spec),
+                   measuring.measure if backend.remeasures else None):
             spent.add("reduce", start)
         _write_best(run, spec, result)
-        if checking:
+        if config.run.confirm and backend.remeasures:
             start, before = time.perf_counter(), saved.confirmed
             with turns.shared():
-                result.confirmed = last_steps.confirm(backend, spec, result, saved, ahead)
+                result.confirmed = confirm(backend, spec, result, saved)
             spent.add("measured again", start)
             if result.confirmed is not before:  # not the checkpoint's (resumed) one
                 ledger.events([{"type": "confirm", "kernel": spec.name, **result.confirmed}])
@@ -286,6 +278,21 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     return results
 
 
+def _reduce(spec: KernelSpec, result, checkpoint: dict, code_keys, measure=None) -> bool:
+    """The best genome without the genes its machine code does not need, and (``measure``:
+    a GPU) those whose removal costs no more than the noise (``evo.reduce``), into the
+    checkpoint's ``reduced`` section; False where already there for this best."""
+    from evo.reduce import reduced_entry
+
+    best = Genome.from_json(result.best_genome)
+    reduced = section(checkpoint, REDUCED)
+    done = reduced.get(spec.name)
+    if not best.genes or (done and Genome.from_json(done["from"]) == best):
+        return False
+    reduced[spec.name] = reduced_entry(best, code_keys, measure)
+    return True
+
+
 class _Seconds:
     """Wall seconds of a kernel's steps (search, finalist check, measured again, peer), kept
     in the checkpoint's ``seconds`` section (apart from the kernel's entry, which a resumed
@@ -304,6 +311,39 @@ class _Seconds:
         with self.lock:
             for step, seconds in parts.items():
                 self.seconds[step] = round(self.seconds.get(step, 0.0) + seconds, 3)
+
+
+def confirm(backend, spec: KernelSpec, result, saved: KernelEntry) -> dict:
+    """The kernel's baseline and best measured again, back to back (in one worker where the
+    run has one GPU; with several, each goes to the first idle one), with a store of their
+    own so nothing is answered from earlier figures; kept in the kernel's checkpoint entry
+    (``saved``), so a resumed run does not measure a confirmed best twice.
+
+    Why: the search compares figures taken at different moments (minutes apart in a long
+    run), and a GPU's state can move them (H200s read the same cubin ~0.3 % apart from one
+    measurement to the next before the timer's settle launch: BENCHMARKS.md, Precision).
+    Measured at one moment, the two figures give the speedup to quote, and the gap to the
+    search's own figures shows the drift."""
+    from harness.evaluate import Evaluator
+    from harness.store import Store
+
+    done = saved.confirmed
+    if done and done.get("genome") == result.best_genome:
+        return done
+    genome = Genome.from_json(result.best_genome)
+    with Store(":memory:") as store:
+        fresh = Evaluator(backend, store)
+        try:
+            base = fresh.baseline(spec)
+            best = fresh.evaluate(spec, [genome])[0] if genome.genes else base
+        finally:
+            fresh.close()
+    saved.confirmed = {
+        "genome": result.best_genome,
+        "baseline": base.cycles if base.valid else None,
+        "best": best.cycles if best.valid else None,
+        "reason": "" if best.valid and base.valid else (best.reason if base.valid else base.reason)}
+    return saved.confirmed
 
 
 SIZES_TRIES = 3  # the best and at most two runners-up checked at a code's other sizes

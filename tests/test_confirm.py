@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import needs_ptxas
 
-from evo import last_steps, run as run_mod
+from evo import run as run_mod
 from evo.checkpoint import KernelEntry
 from evo.config import Config
 from harness.backends import Backend
@@ -79,7 +79,7 @@ def test_the_best_is_measured_again_at_the_end_and_reported(tmp_path, monkeypatc
 
     # resumed: a confirmed best is not measured a third time
     entry = KernelEntry(saved["kernels"]["gemm_tile_2x2x2"])
-    assert last_steps.confirm(backend, None, result, entry) == again
+    assert run_mod.confirm(backend, None, result, entry) == again
     assert backend.calls == searched
 
 
@@ -174,68 +174,3 @@ def test_a_peer_is_begun_with_its_kernels_search(tmp_path, monkeypatch):
     assert backend.seen and backend.seen[0]  # started before the search's first batch ended
     saved = json.loads((run.path / "checkpoint.json").read_text())
     assert saved["kernels"]["relu"]["peer"] == {"peer": "relu", "peer_us": 1.5}
-
-
-@needs_ptxas
-def test_the_best_is_measured_again_beside_its_finalist_check(tmp_path, monkeypatch):
-    """evo.last_steps: while the finalist check runs (here a stand-in that waits for it),
-    the best is measured again and reduced; their figures are stored as before."""
-    import time
-
-    import harness.backends
-    from evo import run as run_module
-
-    backend = DriftingBackend()
-    monkeypatch.setattr(harness.backends, "make_backend", lambda *a, **k: backend)
-    seen = {}
-
-    def slow_check(spec, result, saved, on_events, turn=None, devices=()):
-        seen["at_start"] = backend.calls
-        deadline = time.monotonic() + 20  # the remeasurement: the baseline at least
-        while backend.calls == seen["at_start"] and time.monotonic() < deadline:
-            time.sleep(0.02)
-        seen["during"] = backend.calls - seen["at_start"]
-        saved.finalist = {"demoted": [], "kept": json.dumps(result.best_genome), "reason": "ok"}
-        return 0.0
-
-    monkeypatch.setattr(run_module, "check_best", slow_check)
-    config = Config().override("run", suite=["gemm_tile_2x2x2"], generations=2, pop=3,
-                               store=str(tmp_path / "store.sqlite"))
-    run = run_mod.start_run(config, tmp_path / "run")
-    [result] = run_mod.execute(run, config, run_mod.new_checkpoint(config), verbosity=0)
-    assert seen["during"] >= 1  # measured again while the check ran
-    saved = json.loads((run.path / "checkpoint.json").read_text())
-    entry = saved["kernels"]["gemm_tile_2x2x2"]
-    assert entry["confirmed"]["genome"] == result.best_genome == result.confirmed["genome"]
-    assert entry["confirmed"]["baseline"] is not None and entry["confirmed"]["best"] is not None
-
-
-@needs_ptxas
-def test_a_best_the_finalist_check_demotes_is_not_the_one_measured_again(tmp_path, monkeypatch):
-    """Where the check keeps another genome (here the baseline), what was measured and
-    reduced beside it is dropped: the figures and the reduction are the kept genome's."""
-    import harness.backends
-    from evo import run as run_module
-
-    backend = DriftingBackend()
-    monkeypatch.setattr(harness.backends, "make_backend", lambda *a, **k: backend)
-    demoted = {}
-
-    def demote(spec, result, saved, on_events, turn=None, devices=()):
-        demoted["genome"] = result.best_genome
-        saved.finalist = {"demoted": [{"genome": str(result.best_genome), "reason": "racecheck"}],
-                          "kept": "[]", "reason": "the baseline (no check needed)"}
-        result.best_genome = []
-        return 0.0
-
-    monkeypatch.setattr(run_module, "check_best", demote)
-    config = Config().override("run", suite=["gemm_tile_2x2x2"], generations=2, pop=3,
-                               store=str(tmp_path / "store.sqlite"))
-    run = run_mod.start_run(config, tmp_path / "run")
-    [result] = run_mod.execute(run, config, run_mod.new_checkpoint(config), verbosity=0)
-    assert demoted["genome"]  # the search found a best with genes, and the check demoted it
-    saved = json.loads((run.path / "checkpoint.json").read_text())
-    entry = saved["kernels"]["gemm_tile_2x2x2"]
-    assert entry["confirmed"]["genome"] == [] and result.confirmed["genome"] == []
-    assert entry["confirmed"]["best"] == entry["confirmed"]["baseline"]  # the baseline itself
-    assert "gemm_tile_2x2x2" not in saved.get("reduced", {})  # nothing to reduce in []
