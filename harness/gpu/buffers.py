@@ -20,6 +20,7 @@ buffer's canary, or far beyond the last buffer (state kept across launches) is s
 
 from __future__ import annotations
 
+import ctypes
 from collections import OrderedDict
 
 import numpy as np
@@ -135,17 +136,31 @@ class ArenaBuffers:
         on the GPU: the ranges span most of the arena), else None."""
         if gate.array_module(self._arena) is np:  # a host arena (tests): the array code
             return self._changed_guard_reason(guards)
-        from harness.gpu.gate_device import any_guard_changed, guard_table
+        from harness.gpu.gate_device import any_guard_changed
 
         # Every range in one launch and one read back (gate_device); the reason's figures
-        # only where something changed. The ranges' device table is kept per layout.
+        # only where something changed.
+        if not any_guard_changed(self._arena, self._guard_table(guards), gate.CANARY_BYTE):
+            return None
+        return self._changed_guard_reason(guards)
+
+    def flag_changed_guards(self, guards, flag) -> None:
+        """``changed_guard`` without waiting: ``flag`` (an int32 device array of one
+        element, cleared) set to 1 where a guard byte changed, by a launch queued on the
+        stream (``harness.gpu.queued_checks``)."""
+        from harness.gpu.gate_device import flag_guard_changed
+
+        flag_guard_changed(self._arena, self._guard_table(guards), gate.CANARY_BYTE, flag)
+
+    def _guard_table(self, guards):
+        """The ranges' device table (``gate_device.guard_table``), kept per layout."""
+        from harness.gpu.gate_device import guard_table
+
         key = tuple((lo, hi) for _, lo, hi in guards)
         table = cache_get(self._guard_tables, key)
         if table is None:
             table = cache_put(self._guard_tables, key, guard_table(list(key)), BUFFERS_KEPT)
-        if not any_guard_changed(self._arena, table, gate.CANARY_BYTE):
-            return None
-        return self._changed_guard_reason(guards)
+        return table
 
     def _changed_guard_reason(self, guards) -> str | None:
         for where, lo, hi in guards:
@@ -186,6 +201,19 @@ class ArenaBuffers:
         on the stream: clock64 timing's batches are captured as graphs, and a copy from
         host memory cannot be)."""
         return {p.name: self.cp.asarray(images[p.name]) for p in spec.buffers()}
+
+    def upload_queued(self, spec, bufs: dict, images: dict) -> None:
+        """``upload`` queued on the runner's stream, host images included (an asynchronous
+        copy from pageable memory is staged before the call returns): after launches
+        that have not run yet, without a wait."""
+        for p in spec.buffers():
+            image = images[p.name]
+            if isinstance(image, np.ndarray):
+                image = np.ascontiguousarray(image)
+                bufs[p.name].data.copy_from_host_async(image.ctypes.data_as(ctypes.c_void_p),
+                                                       image.nbytes, self.stream)
+            else:
+                bufs[p.name].data.copy_from_device_async(image.data, image.nbytes, self.stream)
 
     def restore(self, bufs: dict, kept: dict) -> None:
         """Copy ``kept`` (from ``written_on_device``) into ``bufs``: device to device, queued

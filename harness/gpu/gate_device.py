@@ -168,14 +168,20 @@ def guard_table(ranges: list[tuple[int, int]]):
 def any_guard_changed(arena, table, byte: int) -> bool:
     """Whether any byte of ``arena`` (a uint8 device array, 8-byte aligned) within the
     ranges of ``table`` (``guard_table``) differs from ``byte``: one launch, one read back."""
+    flag = new_flag()
+    flag_guard_changed(arena, table, byte, flag)
+    return bool(flag.get()[0])
+
+
+def flag_guard_changed(arena, table, byte: int, flag) -> None:
+    """``any_guard_changed`` into ``flag`` (an int32 device array of one element, cleared
+    by the caller) without waiting: set to 1 where a byte changed."""
     count = table.size // 2
     if not count:
-        return False
-    flag = new_flag()
+        return
     word = np.uint64(int.from_bytes(bytes([byte]) * 8, "little"))
     blocks = 4 * _multiprocessors(cupy.cuda.runtime.getDevice())
     _guards_kernel()((blocks, count), (256,), (arena, table, np.uint8(byte), word, flag))
-    return bool(flag.get()[0])
 
 
 @functools.cache

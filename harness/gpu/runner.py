@@ -12,6 +12,8 @@ answers ``MeasureRequest``s with ``Measurement``s. For each request:
    seed instead of the poison: a variant that skips its work when it finds its outputs
    written keeps a wrong answer. Before each checked launch every byte of the arena outside
    the buffers is set to the canary byte, and checked after it (``guard_ranges``).
+   For a small kernel judged on the host the same launches are queued, with one wait and
+   one read back for all of them (``harness.gpu.queued_checks``).
 2. **Timing** (``harness.gpu.timing``): ``clock64`` specs launch the instrumented cubin
    in batches, each launch writing its own slice of one clock buffer; ``events`` specs
    replay a captured CUDA graph between two events and convert microseconds to cycles at
@@ -50,6 +52,7 @@ from harness import record
 from harness.phases import Phases, no_phases
 from harness.kernels.spec import is_int_dtype
 from harness.gpu.buffers import BUFFER_ALIGN, RESERVED_BYTES, ArenaBuffers, cache_get, cache_put, spec_key
+from harness.gpu.queued_checks import QueuedChecks
 from harness.gpu.estimate import summarize
 from harness.gpu.timing import STICKY_MARKERS, TimingFailed
 from harness.record import Measurement
@@ -88,7 +91,7 @@ def allow_shared(cp, fn, nbytes: int):
     return fn
 
 
-class Runner(ArenaBuffers):
+class Runner(ArenaBuffers, QueuedChecks):
     """One CUDA context on one device, with the caches that make a request cheap."""
 
     phases = staticmethod(no_phases)  # a request's harness.phases.Phases while it is measured
@@ -122,6 +125,7 @@ class Runner(ArenaBuffers):
         self._guard_tables: OrderedDict = OrderedDict()  # guard ranges on the device, by layout
         self._l2_flush = None  # cold clock64 timing's flush buffer (2x the L2), made once
         self._scratch = None  # harness.gpu.reuse_probe's target for an inout kernel's kept launches
+        self._staging: dict = {}  # queued checks' copies of the buffers (queued_checks), one spec's
         gpu_timing.spin_up(self)
 
     # -------------------------------------------------------------- plumbing
@@ -237,7 +241,16 @@ class Runner(ArenaBuffers):
 
     def baseline_outputs(self, request, seed: int) -> dict:
         """The baseline's outputs on one seed (cached); raises _Failed if the baseline fails."""
-        spec = request.spec
+        key, against_reference = self.baseline_key(request, seed)
+        outputs = cache_get(self._baselines, key)
+        if outputs is not None:
+            return outputs
+        with self.phases("baseline outputs"):
+            return self._baseline_outputs(request, seed, key, against_reference)
+
+    def baseline_key(self, request, seed: int) -> tuple[tuple, bool]:
+        """(the cache key of the baseline's outputs on ``seed``, whether they are also
+        compared with the spec's NumPy reference)."""
         # The spec's NumPy reference is checked on the first check seed alone: it tells
         # whether the baseline computes what the spec says (a wrong spec or reference),
         # which as a rule one seed's inputs show (every seed draws from the same fills), and
@@ -246,13 +259,8 @@ class Runner(ArenaBuffers):
         # the run's end), 18 of the 35 s the worker spent on the search's measurements of
         # issue 27's mix (BENCHMARKS.md, session 22).
         against_reference = request.check_reference and seed == request.check_seeds[0]
-        key = (spec_key(spec), self.digest(request.baseline_cubin), seed,
-               against_reference)
-        outputs = cache_get(self._baselines, key)
-        if outputs is not None:
-            return outputs
-        with self.phases("baseline outputs"):
-            return self._baseline_outputs(request, seed, key, against_reference)
+        return (spec_key(request.spec), self.digest(request.baseline_cubin), seed,
+                against_reference), against_reference
 
     def _baseline_outputs(self, request, seed: int, key: tuple, against_reference: bool) -> dict:
         spec = request.spec
@@ -261,6 +269,14 @@ class Runner(ArenaBuffers):
             after = self.run_checked(baseline, spec, seed)
         except self.cuda_errors as err:
             raise _Failed(f"{BASELINE_FAILED}: {record.LAUNCH_ERROR}: {err}") from None
+        return self.judged_baseline(request, seed, key, against_reference, baseline, after)
+
+    def judged_baseline(self, request, seed: int, key: tuple, against_reference: bool,
+                        baseline, after: dict) -> dict:
+        """The baseline's outputs on ``seed`` from its launch's buffers read back (``after``),
+        judged (canaries, inputs kept, every output written; the reference where asked)
+        and cached under ``key``; raises _Failed where the baseline fails."""
+        spec = request.spec
         inputs, images = self.seed_data(spec, seed)
         ok, reason = gate.check_launch(spec, inputs, after, None)
         outputs = {p.name: gate.split_canary(after[p.name], p)[0].copy() for p in spec.outputs()}
@@ -330,6 +346,8 @@ class Runner(ArenaBuffers):
         """The correctness gate over every check seed; raises _Failed with the first reason.
         Returns the largest errors against the baseline that passed (``gate.max_error``)."""
         spec = request.spec
+        if self.queues_checks(spec):  # a small kernel: the same launches, queued
+            return self.check_queued(request)
         worst, got = (0.0, 0.0), {}
         for seed in request.check_seeds:
             got[seed] = self.check_seed(request, seed)

@@ -1,0 +1,156 @@
+"""The correctness gate's launches of a small kernel, queued without a host wait between them.
+
+A kernel judged on the host (buffers under ``runner.DEVICE_CHECK_BYTES``: the gemm tiles)
+spent most of its measurement on the host's side of ~15 launches a candidate: the
+baseline on each fresh seed and the variant on each check seed and pre-filled, each
+launch its own uploads, a wait, a read back per buffer, its guards filled and compared
+with a read back of their own (one-thread tile: ~6 of its 11.7 ms in the worker, H200,
+BENCHMARKS.md session 25). Here the same launches, with the same inputs, outputs and
+guards, are queued on the stream, each launch's buffers copied to a slot of a staging area
+off the arena, and read back together after one wait:
+
+1. ``queue_baselines``: the baseline on every seed of the request (the check seeds, the
+   two timing seeds, the stress seed) whose outputs are not cached, then each judged as
+   ``Runner.baseline_outputs`` judges one (``Runner.judged_baseline``).
+2. ``check_queued``: the guards filled once (only the variant writes between the fill and
+   the last compare, and a change stays until it is seen), the variant on every check
+   seed and then on the second with its outputs pre-filled with its own results on the
+   first, a guard compare after each launch into a flag of its own, one wait, one read
+   back, and the launches judged in order: the first failure is the reason, worded as
+   ``Runner.check`` words it. A fault in any launch raises at the wait (a launch error).
+
+The stress check after timing stays one launch judged at once (``Runner.check_seed``).
+"""
+
+from __future__ import annotations
+
+from harness import record
+from harness.gpu import gate, input_sets
+from harness.gpu.buffers import BUFFER_ALIGN, spec_key
+
+
+class QueuedChecks:
+    """The queued check of ``harness.gpu.runner.Runner`` (a mixin over its context, arena,
+    caches and phases)."""
+
+    def queues_checks(self, spec) -> bool:
+        """Whether the spec's check launches are queued: judged on the host, its buffers
+        in the arena (guarded)."""
+        return not self.judged_on_device(spec) and bool(self.guards(spec))
+
+    def staging(self, spec, count: int) -> list[dict]:
+        """``count`` slots, each a uint8 device copy of every buffer of the spec (canary
+        included), in one allocation off the arena (kept for the spec; the guards never
+        see it): where queued launches leave their buffers until the one read back."""
+        sizes = [-(-(p.nbytes + gate.CANARY_BYTES) // BUFFER_ALIGN) * BUFFER_ALIGN
+                 for p in spec.buffers()]
+        area = self._staging.get(spec_key(spec))
+        if area is None or area.nbytes < count * sum(sizes):
+            self._staging = {}  # one spec's at a time
+            area = self._staging[spec_key(spec)] = self.cp.empty(
+                max(count, 8) * sum(sizes), dtype=self.cp.uint8)
+        return self._slots(spec, area, count, sizes)
+
+    @staticmethod
+    def _slots(spec, area, count: int, sizes: list[int]) -> list[dict]:
+        slots, offset = [], 0
+        for _ in range(count):
+            slot = {}
+            for p, size in zip(spec.buffers(), sizes):
+                slot[p.name] = area[offset:offset + p.nbytes + gate.CANARY_BYTES]
+                offset += size
+            slots.append(slot)
+        return slots
+
+    def read_staging(self, spec, count: int) -> list[dict]:
+        """The first ``count`` slots of ``staging`` as host arrays: one copy for all."""
+        sizes = [-(-(p.nbytes + gate.CANARY_BYTES) // BUFFER_ALIGN) * BUFFER_ALIGN
+                 for p in spec.buffers()]
+        area = self._staging[spec_key(spec)]
+        return self._slots(spec, area[:count * sum(sizes)].get(), count, sizes)
+
+    def queue_baselines(self, request, seeds) -> None:
+        """The baseline's outputs on each of ``seeds`` not cached yet: its launches queued,
+        one wait, one read back, each judged and cached (``Runner.judged_baseline``)."""
+        from harness.gpu.runner import BASELINE_FAILED, _Failed
+
+        spec = request.spec
+        todo = []
+        for seed in dict.fromkeys(seeds):
+            key, against_reference = self.baseline_key(request, seed)
+            if key not in self._baselines:
+                todo.append((seed, key, against_reference))
+        if not todo:
+            return
+        with self.phases("baseline outputs"):
+            baseline = self.function(request.baseline_cubin, spec.entry, spec.shared_mem)
+            bufs = self.buffers(spec)
+            args = self.args(spec, bufs)
+            slots = self.staging(spec, len(todo))
+            images = [self.seed_data(spec, seed)[1] for seed, _, _ in todo]
+            try:
+                for image, slot in zip(images, slots):
+                    self.upload_queued(spec, bufs, image)
+                    self.launch(baseline, spec, args)  # the spec's own launch
+                    self.restore(slot, bufs)  # its buffers into the slot
+                self.stream.synchronize()
+            except self.cuda_errors as err:
+                raise _Failed(f"{BASELINE_FAILED}: {record.LAUNCH_ERROR}: {err}") from None
+            for (seed, key, against_reference), after in zip(todo, self.read_staging(spec, len(todo))):
+                self.judged_baseline(request, seed, key, against_reference, baseline, after)
+
+    def check_queued(self, request) -> dict:
+        """``Runner.check`` with its launches queued (module docstring): the same launches,
+        verdicts and reasons; returns the largest errors against the baseline."""
+        from harness.gpu.runner import _Failed
+
+        spec = request.spec
+        seeds = list(request.check_seeds)
+        first, second = seeds[:2]
+        stress = input_sets.stress_seed(first)
+        self.queue_baselines(request, seeds + list(input_sets.timing_seeds(request.timing_seed))
+                             + [stress])
+        expected = {seed: self.baseline_outputs(request, seed) for seed in seeds}  # cached
+        fn = self.function(request.cubin, spec.entry, spec.shared_mem)
+        bufs = self.buffers(spec)
+        args = self.args(spec, bufs)
+        guards = self.guards(spec)
+        plan = [(seed, "") for seed in seeds] + [
+            (second, f"outputs pre-filled with its own results on {input_sets.seed_label(first)}")]
+        slots = self.staging(spec, len(plan))
+        flags = self.cp.zeros(len(plan), dtype=self.cp.int32)
+        with self.phases("guards filled"):
+            self.fill_guards(guards)
+        with self.phases("launches"):
+            for i, (seed, prefilled) in enumerate(plan):
+                self.upload_queued(spec, bufs, self.seed_data(spec, seed)[1])
+                if prefilled:  # outputs holding its own results on the first seed
+                    self.restore(bufs, {p.name: slots[0][p.name] for p in spec.outputs()
+                                        if p.role == "out"})
+                self.launch(fn, spec, args, shape=request.launch)
+                self.flag_changed_guards(guards, flags[i:i + 1])
+                self.restore(slots[i], bufs)
+            self.stream.synchronize()  # a fault in any launch raises here
+        with self.phases("read back"):
+            afters = self.read_staging(spec, len(plan))
+            changed = flags.get()
+        worst = (0.0, 0.0)
+        for i, ((seed, prefilled), after) in enumerate(zip(plan, afters)):
+            where = input_sets.seed_label(seed) + (f", {prefilled}" if prefilled else "")
+            if changed[i]:
+                with self.phases("guards compared"):
+                    reason = self._changed_guard_reason(guards) or (
+                        f"{record.OUT_OF_BOUNDS}: bytes of the arena outside the kernel's "
+                        "buffers changed, then were put back")
+                raise _Failed(f"{reason} ({where})")
+            inputs, _ = self.seed_data(spec, seed)
+            with self.phases("outputs compared"):
+                ok, reason = gate.check_launch(spec, inputs, after, expected[seed])
+            if not ok:
+                raise _Failed(f"{reason} ({where})")
+            if not prefilled:
+                got = {p.name: gate.split_canary(after[p.name], p)[0] for p in spec.outputs()}
+                with self.phases("max error"):
+                    worst = tuple(map(max, worst, gate.max_error(got, expected[seed], spec)))
+        return {"max_abs_err": worst[0], "max_rel_err": worst[1]}
+

@@ -1,0 +1,215 @@
+"""harness.gpu.queued_checks on the CPU: the queued check of a small kernel, with NumPy
+standing in for the device (the arena, the staging area, the launches), and the real
+judging: the same verdicts and reasons as the check launched one at a time
+(tests/test_cheats.py), the launches it queues, and the baseline's outputs it caches."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from harness.gpu import gate, input_sets
+from harness.gpu.buffers import ArenaBuffers, guard_ranges
+from harness.gpu.queued_checks import QueuedChecks
+from harness.gpu.runner import Runner, _Failed
+from harness.kernels.suite import find_kernel
+from harness.phases import no_phases
+
+HEAD = 4096  # the fake arena's head before the first buffer
+SEEDS = (11, 12, 13, 14, 15)
+
+
+class Dev:
+    """A NumPy array standing in for a CuPy one (slices are views, ``get`` a copy)."""
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+
+    def __getitem__(self, key):
+        return Dev(self.host[key])
+
+    @property
+    def nbytes(self):
+        return self.host.nbytes
+
+    def get(self):
+        return self.host.copy()
+
+
+class FakeCupy:
+    uint8, int32 = np.uint8, np.int32
+
+    @staticmethod
+    def empty(n, dtype):
+        return Dev(np.full(n, 0xAB, dtype=dtype))
+
+    @staticmethod
+    def zeros(n, dtype):
+        return Dev(np.zeros(n, dtype=dtype))
+
+
+def relu(x, y, arena, y_offset, launch):
+    y[:] = np.maximum(x, 0)
+
+
+class FakeRunner(QueuedChecks):
+    """The Runner's primitives in NumPy; its judging methods are the Runner's own."""
+
+    phases = staticmethod(no_phases)
+    cuda_errors = (RuntimeError,)
+    stream = type("Stream", (), {"synchronize": lambda self: None})()
+    cp = FakeCupy
+    baseline_key, judged_baseline, baseline_outputs = (
+        Runner.baseline_key, Runner.judged_baseline, Runner.baseline_outputs)
+    digest = Runner.digest
+    _changed_guard_reason = ArenaBuffers._changed_guard_reason
+
+    def __init__(self, variant, spec):
+        self.variant, self.spec = variant, spec
+        x, y = spec.param("x"), spec.param("y")
+        self.offsets = {"x": HEAD, "y": HEAD + x.nbytes + gate.CANARY_BYTES + 512}
+        end = self.offsets["y"] + y.nbytes + gate.CANARY_BYTES + 8192
+        self._arena = np.zeros(end, dtype=np.uint8)
+        self.bufs = {name: Dev(self._arena[at:at + spec.param(name).nbytes + gate.CANARY_BYTES])
+                     for name, at in self.offsets.items()}
+        self._seeds, self._baselines, self._staging, self._digests = {}, OrderedDict(), {}, {}
+        self.launched: list[str] = []
+        self.waits = 0
+
+    # the device's side, in NumPy
+    def judged_on_device(self, spec):
+        return False
+
+    def buffers(self, spec):
+        return self.bufs
+
+    def guards(self, spec):
+        layout = [(n, at, spec.param(n).nbytes) for n, at in self.offsets.items()]
+        return guard_ranges(layout, len(self._arena))
+
+    def args(self, spec, bufs):
+        return [bufs["x"], bufs["y"]]
+
+    def function(self, cubin, entry, shared_mem=0):
+        return cubin
+
+    def seed_data(self, spec, seed):
+        if seed not in self._seeds:
+            self._seeds[seed] = Runner._make_seed_data(spec, seed, np)
+        return self._seeds[seed]
+
+    def upload_queued(self, spec, bufs, images):
+        for name, image in images.items():
+            bufs[name].host[:] = image
+
+    def restore(self, bufs, kept):
+        for name, image in kept.items():
+            bufs[name].host[:] = image.host
+
+    def launch(self, fn, spec, args, stream=None, shape=None):
+        self.launched.append(fn.decode())
+        x = self.bufs["x"].host[:spec.param("x").nbytes].view(np.float32)
+        y = self.bufs["y"].host[:spec.param("y").nbytes].view(np.float32)
+        kernel = relu if fn == b"baseline" else self.variant
+        kernel(x, y, self._arena, self.offsets["y"], len(self.launched))
+
+    def fill_guards(self, guards):
+        for _, lo, hi in guards:
+            self._arena[lo:hi] = gate.CANARY_BYTE
+
+    def flag_changed_guards(self, guards, flag):
+        flag.host[0] = int(any((self._arena[lo:hi] != gate.CANARY_BYTE).any()
+                               for _, lo, hi in guards))
+
+
+def check(variant):
+    spec = find_kernel("relu@64K")
+    runner = FakeRunner(variant, spec)
+    request = type("Request", (), {"spec": spec, "cubin": b"variant", "baseline_cubin": b"baseline",
+                                   "launch": None, "check_seeds": SEEDS, "timing_seed": 99,
+                                   "check_reference": False})()
+    return runner, request
+
+
+def test_an_honest_variant_passes_and_every_launch_is_queued():
+    runner, request = check(relu)
+    assert runner.check_queued(request) == {"max_abs_err": 0.0, "max_rel_err": 0.0}
+    # the baseline on the five check seeds, the two timing seeds and the stress seed, then
+    # the variant on the five and once pre-filled
+    assert runner.launched == ["baseline"] * 8 + ["variant"] * 6
+    stress = input_sets.stress_seed(SEEDS[0])
+    for seed in (*SEEDS, *input_sets.timing_seeds(99), stress):  # cached for timing and stress
+        y = runner.baseline_outputs(request, seed)["y"]
+        assert (y == np.maximum(runner.seed_data(request.spec, seed)[0]["x"], 0)).all()
+    assert runner.launched == ["baseline"] * 8 + ["variant"] * 6  # nothing launched again
+
+
+def test_a_write_before_y_names_the_first_seed():
+    def underflow(x, y, arena, y_offset, launch):
+        relu(x, y, arena, y_offset, launch)
+        arena[y_offset - 4:y_offset] = 0  # y[-1]
+
+    runner, request = check(underflow)
+    with pytest.raises(_Failed, match=r"^out-of-bounds write: 4 bytes of the arena outside the kernel's "
+                                      r"buffers changed, before y \(arena \+0x[0-9a-f]+\) \(seed 11\)$"):
+        runner.check_queued(request)
+
+
+def test_state_kept_past_the_buffers_from_the_third_launch_names_its_seed():
+    def remember(x, y, arena, y_offset, launch):
+        relu(x, y, arena, y_offset, launch)
+        if launch >= 8 + 3:  # the variant's third launch on
+            end = y_offset + y.nbytes + gate.CANARY_BYTES
+            arena[end + 64:end + 72] = 7
+
+    runner, request = check(remember)
+    with pytest.raises(_Failed, match=r"^out-of-bounds write: 8 bytes .* after y .*\(seed 13\)$"):
+        runner.check_queued(request)
+
+
+def test_a_guard_written_then_put_back_is_still_seen():
+    def write_then_restore(x, y, arena, y_offset, launch):
+        relu(x, y, arena, y_offset, launch)
+        end = y_offset + y.nbytes + gate.CANARY_BYTES
+        arena[end + 64] = 7 if launch == 8 + 2 else gate.CANARY_BYTE
+
+    runner, request = check(write_then_restore)
+    with pytest.raises(_Failed, match=r"^out-of-bounds write: .*put back \(seed 12\)$"):
+        runner.check_queued(request)
+
+
+def test_the_prefilled_launch_catches_a_variant_that_skips_when_its_outputs_are_written():
+    def skip_if_written(x, y, arena, y_offset, launch):
+        if np.isnan(y).all():
+            relu(x, y, arena, y_offset, launch)
+
+    runner, request = check(skip_if_written)
+    with pytest.raises(_Failed, match=r"^wrong result: .*\(seed 12, outputs pre-filled with its "
+                                      r"own results on seed 11\)$"):
+        runner.check_queued(request)
+
+
+def test_a_wrong_answer_on_one_seed_names_that_seed_and_skipped_work_is_unwritten():
+    def wrong_on_fourth(x, y, arena, y_offset, launch):
+        relu(x, y, arena, y_offset, launch)
+        if launch == 8 + 4:
+            y[7] += 1.0
+
+    runner, request = check(wrong_on_fourth)
+    with pytest.raises(_Failed, match=r"^wrong result: .*\(seed 14\)$"):
+        runner.check_queued(request)
+    runner, request = check(lambda x, y, arena, y_offset, launch: None)
+    with pytest.raises(_Failed, match=r"^output not written: .*\(seed 11\)$"):
+        runner.check_queued(request)
+
+
+def test_an_input_clobbered_is_said_before_the_outputs():
+    def clobber(x, y, arena, y_offset, launch):
+        relu(x, y, arena, y_offset, launch)
+        x[0] = 123.0
+
+    runner, request = check(clobber)
+    with pytest.raises(_Failed, match=r"^input modified: 1 of 65536 elements of x changed; first x\[0\] \(seed 11\)$"):
+        runner.check_queued(request)
