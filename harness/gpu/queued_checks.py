@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from harness import record
 from harness.gpu import gate, input_sets
+from harness.gpu.baselines import BASELINE_FAILED, _Failed
 from harness.gpu.buffers import BUFFER_ALIGN, spec_key
 
 
@@ -72,8 +73,6 @@ class QueuedChecks:
     def queue_baselines(self, request, seeds) -> None:
         """The baseline's outputs on each of ``seeds`` not cached yet: its launches queued,
         one wait, one read back, each judged and cached (``Runner.judged_baseline``)."""
-        from harness.gpu.runner import BASELINE_FAILED, _Failed
-
         spec = request.spec
         todo = []
         for seed in dict.fromkeys(seeds):
@@ -102,8 +101,6 @@ class QueuedChecks:
     def check_queued(self, request) -> dict:
         """``Runner.check`` with its launches queued (module docstring): the same launches,
         verdicts and reasons; returns the largest errors against the baseline."""
-        from harness.gpu.runner import _Failed
-
         spec = request.spec
         seeds = list(request.check_seeds)
         first, second = seeds[:2]
