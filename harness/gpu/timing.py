@@ -266,8 +266,8 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         return cycles[1:]
 
     # Warm-up in whole batches (16 launches for the default 10): the graphs it captures
-    # are the timed batches' own.
-    # what a capture must not do first (load a module, allocate): done before any
+    # are the timed batches' own. What a capture must not do (load a module, allocate
+    # memory) is done once before the first.
     _own_kernel(runner, _SETTLE_PTX, "evo_settle")
     clock[:words].fill(instrument.CLOCK_POISON)
     if cold:
