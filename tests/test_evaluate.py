@@ -375,3 +375,15 @@ def test_a_spec_of_the_same_name_and_ptx_at_another_size_is_measured_not_answere
         assert ev.backend.calls == []
         [m] = ev.evaluate(third, _genomes("cache_ld(policy=cg)"))
         assert not m.cached and len(ev.backend.calls) == 2  # its baseline, then the variant
+
+
+def test_bench_apply_gives_the_same_ptx_digest_every_round(capsys):
+    """harness.tools.bench_apply: a digest of what the genomes gave, so a change to the
+    transforms' code can be timed and shown to give the same PTX."""
+    from harness.tools import bench_apply
+
+    bench_apply.main(["gemm_tile_2x2x2", "--genomes", "4"])
+    bench_apply.main(["gemm_tile_2x2x2", "--genomes", "4"])
+    first, second = capsys.readouterr().out.splitlines()
+    assert first.startswith("gemm_tile_2x2x2: ") and "ms a genome (PTX digest " in first
+    assert first.split("digest ")[1] == second.split("digest ")[1]
