@@ -43,8 +43,7 @@ class QueuedChecks:
         """``count`` slots, each a uint8 device copy of every buffer of the spec (canary
         included), in one allocation off the arena (kept for the spec; the guards never
         see it): where queued launches leave their buffers until the one read back."""
-        sizes = [-(-(p.nbytes + gate.CANARY_BYTES) // BUFFER_ALIGN) * BUFFER_ALIGN
-                 for p in spec.buffers()]
+        sizes = _slot_sizes(spec)
         area = self._staging.get(spec_key(spec))
         if area is None or area.nbytes < count * sum(sizes):
             self._staging = {}  # one spec's at a time
@@ -65,8 +64,7 @@ class QueuedChecks:
 
     def read_staging(self, spec, count: int) -> list[dict]:
         """The first ``count`` slots of ``staging`` as host arrays: one copy for all."""
-        sizes = [-(-(p.nbytes + gate.CANARY_BYTES) // BUFFER_ALIGN) * BUFFER_ALIGN
-                 for p in spec.buffers()]
+        sizes = _slot_sizes(spec)
         area = self._staging[spec_key(spec)]
         return self._slots(spec, area[:count * sum(sizes)].get(), count, sizes)
 
@@ -151,3 +149,8 @@ class QueuedChecks:
                     worst = tuple(map(max, worst, gate.max_error(got, expected[seed], spec)))
         return {"max_abs_err": worst[0], "max_rel_err": worst[1]}
 
+
+def _slot_sizes(spec) -> list[int]:
+    """Bytes each buffer takes in a staging slot: its canary included, aligned as in the arena."""
+    return [-(-(p.nbytes + gate.CANARY_BYTES) // BUFFER_ALIGN) * BUFFER_ALIGN
+            for p in spec.buffers()]
