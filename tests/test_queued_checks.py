@@ -146,70 +146,58 @@ def test_an_honest_variant_passes_and_every_launch_is_queued():
     assert runner.launched == ["baseline"] * 8 + ["variant"] * 6  # nothing launched again
 
 
-def test_a_write_before_y_names_the_first_seed():
-    def underflow(x, y, arena, y_offset, launch):
-        relu(x, y, arena, y_offset, launch)
-        arena[y_offset - 4:y_offset] = 0  # y[-1]
-
-    runner, request = check(underflow)
-    with pytest.raises(_Failed, match=r"^out-of-bounds write: 4 bytes of the arena outside the kernel's "
-                                      r"buffers changed, before y \(arena \+0x[0-9a-f]+\) \(seed 11\)$"):
-        runner.check_queued(request)
+VARIANT = 8  # the baseline's launches come first: the variant's n-th launch is VARIANT + n
 
 
-def test_state_kept_past_the_buffers_from_the_third_launch_names_its_seed():
-    def remember(x, y, arena, y_offset, launch):
-        relu(x, y, arena, y_offset, launch)
-        if launch >= 8 + 3:  # the variant's third launch on
-            end = y_offset + y.nbytes + gate.CANARY_BYTES
-            arena[end + 64:end + 72] = 7
-
-    runner, request = check(remember)
-    with pytest.raises(_Failed, match=r"^out-of-bounds write: 8 bytes .* after y .*\(seed 13\)$"):
-        runner.check_queued(request)
+def underflow(x, y, arena, y_offset, launch):
+    relu(x, y, arena, y_offset, launch)
+    arena[y_offset - 4:y_offset] = 0  # y[-1]
 
 
-def test_a_guard_written_then_put_back_is_still_seen():
-    def write_then_restore(x, y, arena, y_offset, launch):
-        relu(x, y, arena, y_offset, launch)
+def remember_from_the_third(x, y, arena, y_offset, launch):
+    relu(x, y, arena, y_offset, launch)
+    if launch >= VARIANT + 3:  # state kept past the buffers
         end = y_offset + y.nbytes + gate.CANARY_BYTES
-        arena[end + 64] = 7 if launch == 8 + 2 else gate.CANARY_BYTE
-
-    runner, request = check(write_then_restore)
-    with pytest.raises(_Failed, match=r"^out-of-bounds write: .*put back \(seed 12\)$"):
-        runner.check_queued(request)
+        arena[end + 64:end + 72] = 7
 
 
-def test_the_prefilled_launch_catches_a_variant_that_skips_when_its_outputs_are_written():
-    def skip_if_written(x, y, arena, y_offset, launch):
-        if np.isnan(y).all():
-            relu(x, y, arena, y_offset, launch)
-
-    runner, request = check(skip_if_written)
-    with pytest.raises(_Failed, match=r"^wrong result: .*\(seed 12, outputs pre-filled with its "
-                                      r"own results on seed 11\)$"):
-        runner.check_queued(request)
+def write_then_put_back(x, y, arena, y_offset, launch):
+    relu(x, y, arena, y_offset, launch)
+    end = y_offset + y.nbytes + gate.CANARY_BYTES
+    arena[end + 64] = 7 if launch == VARIANT + 2 else gate.CANARY_BYTE
 
 
-def test_a_wrong_answer_on_one_seed_names_that_seed_and_skipped_work_is_unwritten():
-    def wrong_on_fourth(x, y, arena, y_offset, launch):
+def skip_if_written(x, y, arena, y_offset, launch):
+    if np.isnan(y).all():  # computes only over the poison
         relu(x, y, arena, y_offset, launch)
-        if launch == 8 + 4:
-            y[7] += 1.0
-
-    runner, request = check(wrong_on_fourth)
-    with pytest.raises(_Failed, match=r"^wrong result: .*\(seed 14\)$"):
-        runner.check_queued(request)
-    runner, request = check(lambda x, y, arena, y_offset, launch: None)
-    with pytest.raises(_Failed, match=r"^output not written: .*\(seed 11\)$"):
-        runner.check_queued(request)
 
 
-def test_an_input_clobbered_is_said_before_the_outputs():
-    def clobber(x, y, arena, y_offset, launch):
-        relu(x, y, arena, y_offset, launch)
-        x[0] = 123.0
+def wrong_on_the_fourth(x, y, arena, y_offset, launch):
+    relu(x, y, arena, y_offset, launch)
+    if launch == VARIANT + 4:
+        y[7] += 1.0
 
-    runner, request = check(clobber)
-    with pytest.raises(_Failed, match=r"^input modified: 1 of 65536 elements of x changed; first x\[0\] \(seed 11\)$"):
+
+def clobber(x, y, arena, y_offset, launch):
+    relu(x, y, arena, y_offset, launch)
+    x[0] = 123.0
+
+
+@pytest.mark.parametrize("variant, reason", [
+    (underflow, r"^out-of-bounds write: 4 bytes of the arena outside the kernel's buffers "
+                r"changed, before y \(arena \+0x[0-9a-f]+\) \(seed 11\)$"),
+    (remember_from_the_third, r"^out-of-bounds write: 8 bytes .* after y .*\(seed 13\)$"),
+    (write_then_put_back, r"^out-of-bounds write: .*put back \(seed 12\)$"),
+    (skip_if_written, r"^wrong result: .*\(seed 12, outputs pre-filled with its own results "
+                      r"on seed 11\)$"),
+    (wrong_on_the_fourth, r"^wrong result: .*\(seed 14\)$"),
+    (lambda x, y, arena, y_offset, launch: None, r"^output not written: .*\(seed 11\)$"),
+    (clobber, r"^input modified: 1 of 65536 elements of x changed; first x\[0\] \(seed 11\)$"),
+], ids=["write before y", "state past the buffers", "guard put back", "skips when written",
+        "wrong on one seed", "nothing written", "input clobbered"])
+def test_a_failing_variant_is_named_by_its_first_failing_launch(variant, reason):
+    """Judged in launch order, guards before outputs, inputs before outputs: the reason
+    and the seed the check launched one at a time gives (tests/test_cheats.py)."""
+    runner, request = check(variant)
+    with pytest.raises(_Failed, match=reason):
         runner.check_queued(request)
