@@ -121,20 +121,25 @@ def _func_name(header: str) -> str:
     return names[-1] if names else "?"
 
 
+_BRACE_OR_COMMENT = re.compile(r"//|/\*|[{}]")
+
+
 def _matching_brace(text: str, i: int, source: str) -> int:
+    # From one brace or comment start to the next by a regular expression: a character
+    # at a time in Python, this scan was most of the time parsing a function took (a
+    # 330-line tile: ~5 ms, parsed again for every candidate's clock64 twin).
     depth = 0
-    while i < len(text):
-        after = _skip_comment(text, i)
-        if after is not None:
-            i = after
-            continue
-        if text[i] == "{":
+    while (m := _BRACE_OR_COMMENT.search(text, i)) is not None:
+        token, i = m.group(), m.end()
+        if token in ("//", "/*"):
+            after = _skip_comment(text, m.start())
+            i = len(text) if after is None else after
+        elif token == "{":
             depth += 1
-        elif text[i] == "}":
+        else:
             depth -= 1
             if depth == 0:
-                return i
-        i += 1
+                return m.start()
     raise PtxParseError("unclosed '{': function body never ends", None, source)
 
 

@@ -129,3 +129,22 @@ def test_a_shared_parse_is_one_module_that_applying_genes_never_changes():
     changed = apply_genome(text, parse_inline("vec_ld,fast_exp,reorder(strategy=loads_first)"), spec.launch)
     assert changed.changed and changed.ptx != before
     assert ptx.parse_shared(text).render() == before == ptx.parse(text).render()
+
+
+@pytest.mark.parametrize("body, names", [
+    (".visible .entry k() { ret; /* } */ }\n", ["k"]),            # a brace in a comment
+    (".visible .entry k() { { ret; } }\n", ["k"]),                 # nested braces
+    (".visible .entry k() /* { */ { ret; }\n", ["k"]),             # before the body
+    (".visible .entry k() { ret; } // {\n.visible .entry j() { ret; }\n", ["k", "j"]),
+    (".visible .entry k() { ret; // }\n", None),                   # the body never ends
+    (".visible .entry k() { ret; /* unclosed", None),
+])
+def test_a_function_body_ends_at_its_matching_brace_outside_comments(body, names):
+    text = ".version 7.0\n.target sm_90\n.address_size 64\n" + body
+    if names is None:
+        with pytest.raises(PtxParseError, match="function body never ends"):
+            ptx.parse(text)
+        return
+    module = ptx.parse(text)
+    assert [f.name for f in module.functions] == names
+    assert module.render() == text  # byte for byte
