@@ -156,8 +156,13 @@ def _parse_params(text: str) -> list[Param]:
     return params
 
 
+_BRACKETS = re.compile(r"[()\[\]{}]")
+
+
 def _split_top(text: str, sep: str) -> list[str]:
     """Split at ``sep`` outside (), [] and {}."""
+    if not _BRACKETS.search(text):  # most operand lists: a plain split says the same
+        return [s.strip() for s in text.split(sep) if s.strip()]
     out, depth, cur = [], 0, []
     for ch in text:
         if ch in "([{":
@@ -173,6 +178,9 @@ def _split_top(text: str, sep: str) -> list[str]:
     return [s.strip() for s in out if s.strip()]
 
 
+_SPACES = re.compile(r"\s+")
+
+
 def _parse_body(body: str, first_line: int, source: str) -> list[Line]:
     """Split a body into Lines: each statement with its leading and trailing text."""
     lines: list[Line] = []
@@ -185,9 +193,10 @@ def _parse_body(body: str, first_line: int, source: str) -> list[Line]:
             pending += body[i:after]
             i = after
             continue
-        if body[i].isspace():
-            pending += body[i]
-            i += 1
+        if body[i].isspace():  # the whole run of it at once
+            run = _SPACES.match(body, i).end()
+            pending += body[i:run]
+            i = run
             continue
         line_no += body.count("\n", counted, i)
         counted = i
@@ -210,6 +219,9 @@ def _parse_body(body: str, first_line: int, source: str) -> list[Line]:
     return lines
 
 
+_LABEL_AT = re.compile(r"[$%A-Za-z_][\w$]*:")
+
+
 def _statement_at(body: str, i: int, line: int, source: str) -> tuple[int, str]:
     """Return (end index, text) of the statement starting at i (on line ``line``)."""
     if body[i] in "{}":
@@ -218,9 +230,12 @@ def _statement_at(body: str, i: int, line: int, source: str) -> tuple[int, str]:
         j = body.find("\n", i)
         j = len(body) if j < 0 else j
         return j, body[i:j].rstrip()
-    m = re.match(r"[$%A-Za-z_][\w$]*:", body[i:])
+    m = _LABEL_AT.match(body, i)  # at i, without copying the rest of the body
     if m:
-        return i + m.end(), m.group(0)
+        return m.end(), m.group(0)
+    j = body.find(";", i)
+    if j >= 0 and not _BRACKETS.search(body, i, j):  # no bracket before the first ';'
+        return j + 1, body[i:j + 1]
     depth = 0
     j = i
     while j < len(body):

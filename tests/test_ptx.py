@@ -148,3 +148,25 @@ def test_a_function_body_ends_at_its_matching_brace_outside_comments(body, names
     module = ptx.parse(text)
     assert [f.name for f in module.functions] == names
     assert module.render() == text  # byte for byte
+
+
+@pytest.mark.parametrize("text, parts", [
+    (" %r1, %r2 ,%r3", ["%r1", "%r2", "%r3"]),                    # no bracket: a plain split
+    ("{%f1, %f2}, [%rd1+8]", ["{%f1, %f2}", "[%rd1+8]"]),        # commas inside stay
+    ("a), b", ["a), b"]),                                          # after an unmatched ')'
+    ("", []),
+])
+def test_operands_split_at_top_level_commas(text, parts):
+    from genomes.ptx_parse import _split_top
+
+    assert _split_top(text, ",") == parts
+
+
+def test_a_statement_ends_at_its_first_top_level_semicolon():
+    text = (".version 7.0\n.target sm_90\n.address_size 64\n.visible .entry k()\n{\n"
+            "\tmov.u32 \t%r1, 1;  // a; comment\n\tst.global.v2.u32 \t[%rd1], {%r1, %r2};\n"
+            "$L1:\n\tret;\n}\n")
+    body = ptx.parse(text).functions[0].body
+    ops = [line.stmt.opcode for line in body if hasattr(line.stmt, "opcode")]
+    assert ops == ["mov.u32", "st.global.v2.u32", "ret"]
+    assert ptx.parse(text).render() == text
