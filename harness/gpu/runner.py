@@ -13,7 +13,8 @@ answers ``MeasureRequest``s with ``Measurement``s. For each request:
    written keeps a wrong answer. Before each checked launch every byte of the arena outside
    the buffers is set to the canary byte, and checked after it (``guard_ranges``).
    For a small kernel judged on the host the same launches are queued, with one wait and
-   one read back for all of them (``harness.gpu.queued_checks``).
+   one read back for all of them, the guards filled once before them and compared after
+   each (``harness.gpu.queued_checks``).
 2. **Timing** (``harness.gpu.timing``): ``clock64`` specs launch the instrumented cubin
    in batches, each launch writing its own slice of one clock buffer; ``events`` specs
    replay a captured CUDA graph between two events and convert microseconds to cycles at
