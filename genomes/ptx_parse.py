@@ -132,8 +132,7 @@ def _matching_brace(text: str, i: int, source: str) -> int:
     while (m := _BRACE_OR_COMMENT.search(text, i)) is not None:
         token, i = m.group(), m.end()
         if token in ("//", "/*"):
-            after = _skip_comment(text, m.start())
-            i = len(text) if after is None else after
+            i = _skip_comment(text, m.start())  # a comment starts there: never None
         elif token == "{":
             depth += 1
         else:
