@@ -126,8 +126,8 @@ _BRACE_OR_COMMENT = re.compile(r"//|/\*|[{}]")
 
 def _matching_brace(text: str, i: int, source: str) -> int:
     # From one brace or comment start to the next by a regular expression: a character
-    # at a time in Python, this scan was most of the time parsing a function took (a
-    # 330-line tile: ~5 ms, parsed again for every candidate's clock64 twin).
+    # at a time in Python, this scan cost ~1.5 ms of the 5.5 ms that a 330-line tile's
+    # clock64 twin took (parsed again for every candidate; BENCHMARKS.md, session 25).
     depth = 0
     while (m := _BRACE_OR_COMMENT.search(text, i)) is not None:
         token, i = m.group(), m.end()
