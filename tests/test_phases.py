@@ -40,6 +40,17 @@ def test_sync_runs_when_a_phase_ends_but_not_on_a_failure():
     assert "launch" in phases.seconds
 
 
+def test_only_an_outermost_phase_waits_for_the_stream():
+    synced = []
+    phases = Phases(sync=lambda: synced.append(len(phases._stack)))
+    with phases("check"):
+        with phases("launches"):
+            with phases("upload"):
+                pass
+        assert synced == []  # inner phases leave the queued work running
+    assert synced == [1]  # the check's own end waits: its GPU work is charged to it
+
+
 def test_no_phases_records_nothing_and_format_sorts_longest_first():
     with no_phases("anything"):
         pass
