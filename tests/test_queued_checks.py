@@ -12,7 +12,7 @@ import pytest
 
 from harness.gpu import gate, input_sets
 from harness.gpu.buffers import ArenaBuffers, guard_ranges
-from harness.gpu.queued_checks import QueuedChecks
+from harness.gpu.queued_checks import QueuedChecks, _slot_sizes
 from harness.gpu.runner import Runner, _Failed
 from harness.kernels.suite import find_kernel
 from harness.phases import no_phases
@@ -68,8 +68,9 @@ class FakeRunner(QueuedChecks):
 
     def __init__(self, variant, spec):
         self.variant, self.spec = variant, spec
-        x, y = spec.param("x"), spec.param("y")
-        self.offsets = {"x": HEAD, "y": HEAD + x.nbytes + gate.CANARY_BYTES + 512}
+        y = spec.param("y")
+        # laid out as the runner's arena and a staging slot lay them (queued_checks.spans)
+        self.offsets = {"x": HEAD, "y": HEAD + _slot_sizes(spec)[0]}
         end = self.offsets["y"] + y.nbytes + gate.CANARY_BYTES + 8192
         self._arena = np.zeros(end, dtype=np.uint8)
         self.bufs = {name: Dev(self._arena[at:at + spec.param(name).nbytes + gate.CANARY_BYTES])
@@ -100,13 +101,15 @@ class FakeRunner(QueuedChecks):
             self._seeds[seed] = Runner._make_seed_data(spec, seed, np)
         return self._seeds[seed]
 
-    def upload_queued(self, spec, bufs, images):
-        for name, image in images.items():
-            bufs[name].host[:] = image
+    def copy_queued(self, dst, src):
+        dst.host[:] = src if isinstance(src, np.ndarray) else src.host
 
     def restore(self, bufs, kept):
         for name, image in kept.items():
-            bufs[name].host[:] = image.host
+            self.copy_queued(bufs[name], image)
+
+    def arena_span(self, spec, nbytes):
+        return Dev(self._arena[HEAD:HEAD + nbytes])
 
     def launch(self, fn, spec, args, stream=None, shape=None):
         self.launched.append(fn.decode())

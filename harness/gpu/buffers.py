@@ -202,24 +202,31 @@ class ArenaBuffers:
         host memory cannot be)."""
         return {p.name: self.cp.asarray(images[p.name]) for p in spec.buffers()}
 
-    def upload_queued(self, spec, bufs: dict, images: dict) -> None:
-        """``upload`` queued on the runner's stream, host images included (an asynchronous
-        copy from pageable memory is staged before the call returns): after launches
-        that have not run yet, without a wait."""
-        for p in spec.buffers():
-            image = images[p.name]
-            if isinstance(image, np.ndarray):
-                image = np.ascontiguousarray(image)
-                bufs[p.name].data.copy_from_host_async(image.ctypes.data_as(ctypes.c_void_p),
-                                                       image.nbytes, self.stream)
-            else:
-                bufs[p.name].data.copy_from_device_async(image.data, image.nbytes, self.stream)
+    def copy_queued(self, dst, src) -> None:
+        """``src`` (a host or device array) copied into the device array ``dst``, queued on
+        the runner's stream, host memory included (an asynchronous copy from pageable
+        memory is staged before the call returns): after launches that have not run yet,
+        without a wait."""
+        if isinstance(src, np.ndarray):
+            src = np.ascontiguousarray(src)
+            dst.data.copy_from_host_async(src.ctypes.data_as(ctypes.c_void_p), src.nbytes,
+                                          self.stream)
+        else:
+            dst.data.copy_from_device_async(src.data, src.nbytes, self.stream)
 
     def restore(self, bufs: dict, kept: dict) -> None:
         """Copy ``kept`` (from ``written_on_device``) into ``bufs``: device to device, queued
         on the runner's stream, so launches still follow each other without a host wait."""
         for name, image in kept.items():
-            bufs[name].data.copy_from_device_async(image.data, image.nbytes, self.stream)
+            self.copy_queued(bufs[name], image)
+
+    def arena_span(self, spec, nbytes: int):
+        """The arena's ``nbytes`` from the spec's first buffer on (``harness.gpu.queued_checks``
+        copies a launch's buffers, and the guard bytes between them, as one)."""
+        start = next(iter(self.buffers(spec).values())).data.ptr - self._arena.data.ptr
+        if not RESERVED_BYTES <= start <= ARENA_BYTES - nbytes:
+            raise ValueError(f"{spec.name}'s buffers are not in the arena: no span")
+        return self._arena[start:start + nbytes]
 
     def fill_poison(self, param, raw) -> None:
         """``param``'s poison over ``raw`` (uint8, on the device), queued on the stream."""

@@ -24,8 +24,10 @@ The stress check after timing stays one launch judged at once (``Runner.check_se
 
 from __future__ import annotations
 
+import numpy as np
+
 from harness import record
-from harness.gpu import gate, input_sets
+from harness.gpu import gate, gate_rows, input_sets
 from harness.gpu.baselines import BASELINE_FAILED, _Failed
 from harness.gpu.buffers import BUFFER_ALIGN, spec_key
 
@@ -62,11 +64,42 @@ class QueuedChecks:
             slots.append(slot)
         return slots
 
-    def read_staging(self, spec, count: int) -> list[dict]:
-        """The first ``count`` slots of ``staging`` as host arrays: one copy for all."""
+    def read_staging(self, spec, count: int) -> tuple[list[dict], np.ndarray]:
+        """The first ``count`` slots of ``staging`` as host arrays, one copy for all: as
+        slots (views), and as rows of one uint8 array (``gate_rows``)."""
         sizes = _slot_sizes(spec)
+        host = self._staging[spec_key(spec)][:count * sum(sizes)].get()
+        return self._slots(spec, host, count, sizes), host.reshape(count, sum(sizes))
+
+    def rows_pass(self, spec, rows, seeds, references) -> bool:
+        """``gate_rows.rows_pass`` of read-back rows, a seed's uploaded inputs each."""
+        inputs = [self.seed_data(spec, seed)[0] for seed in seeds]
+        with self.phases("rows judged"):
+            return gate_rows.rows_pass(spec, rows, gate_rows.row_layout(spec, _slot_sizes(spec)),
+                                       inputs, references)
+
+    def spans(self, spec, count: int):
+        """(the arena's bytes from the first buffer to the last one's canary, the same bytes
+        of each of the first ``count`` staging slots): a launch's buffers uploaded and kept
+        with one copy each way instead of one per buffer. The buffers lie in the arena as
+        a slot lays them out (``ArenaBuffers.buffers``); the gaps between them are guard
+        bytes, uploaded as the canary byte they hold (``packed``)."""
+        sizes = _slot_sizes(spec)
+        length = _span_bytes(spec, sizes)
         area = self._staging[spec_key(spec)]
-        return self._slots(spec, area[:count * sum(sizes)].get(), count, sizes)
+        return (self.arena_span(spec, length),
+                [area[i * sum(sizes):i * sum(sizes) + length] for i in range(count)])
+
+    def packed(self, spec, seed: int) -> np.ndarray:
+        """A seed's upload images laid out as the span: each buffer's image (canary
+        included) at its slot offset, the canary byte between them."""
+        sizes = _slot_sizes(spec)
+        out = np.full(_span_bytes(spec, sizes), gate.CANARY_BYTE, dtype=np.uint8)
+        images = self.seed_data(spec, seed)[1]
+        for p, offset in gate_rows.row_layout(spec, sizes):
+            image = images[p.name]
+            out[offset:offset + image.size] = image
+        return out
 
     def queue_baselines(self, request, seeds) -> None:
         """The baseline's outputs on each of ``seeds`` not cached yet: its launches queued,
@@ -83,18 +116,22 @@ class QueuedChecks:
             baseline = self.function(request.baseline_cubin, spec.entry, spec.shared_mem)
             bufs = self.buffers(spec)
             args = self.args(spec, bufs)
-            slots = self.staging(spec, len(todo))
-            images = [self.seed_data(spec, seed)[1] for seed, _, _ in todo]
+            self.staging(spec, len(todo))
+            span, slot_spans = self.spans(spec, len(todo))
+            images = [self.packed(spec, seed) for seed, _, _ in todo]
             try:
-                for image, slot in zip(images, slots):
-                    self.upload_queued(spec, bufs, image)
+                for image, slot in zip(images, slot_spans):
+                    self.copy_queued(span, image)  # the seed's inputs, poisoned outputs, canaries
                     self.launch(baseline, spec, args)  # the spec's own launch
-                    self.restore(slot, bufs)  # its buffers into the slot
+                    self.copy_queued(slot, span)  # its buffers into the slot
                 self.stream.synchronize()
             except self.cuda_errors as err:
                 raise _Failed(f"{BASELINE_FAILED}: {record.LAUNCH_ERROR}: {err}") from None
-            for (seed, key, against_reference), after in zip(todo, self.read_staging(spec, len(todo))):
-                self.judged_baseline(request, seed, key, against_reference, baseline, after)
+            afters, rows = self.read_staging(spec, len(todo))
+            passed = self.rows_pass(spec, rows, [seed for seed, _, _ in todo], [None] * len(todo))
+            for (seed, key, against_reference), after in zip(todo, afters):
+                self.judged_baseline(request, seed, key, against_reference, baseline, after,
+                                     written=passed)
 
     def check_queued(self, request) -> dict:
         """``Runner.check`` with its launches queued (module docstring): the same launches,
@@ -113,23 +150,29 @@ class QueuedChecks:
         plan = [(seed, "") for seed in seeds] + [
             (second, f"outputs pre-filled with its own results on {input_sets.seed_label(first)}")]
         slots = self.staging(spec, len(plan))
+        span, slot_spans = self.spans(spec, len(plan))
         flags = self.cp.zeros(len(plan), dtype=self.cp.int32)
         with self.phases("guards filled"):
             self.fill_guards(guards)
         with self.phases("launches"):
             for i, (seed, prefilled) in enumerate(plan):
-                self.upload_queued(spec, bufs, self.seed_data(spec, seed)[1])
+                # Between the buffers the upload writes the canary byte the guards hold: a
+                # change there by the launch before was flagged before this upload.
+                self.copy_queued(span, self.packed(spec, seed))
                 if prefilled:  # outputs holding its own results on the first seed
                     self.restore(bufs, {p.name: slots[0][p.name] for p in spec.outputs()
                                         if p.role == "out"})
                 self.launch(fn, spec, args, shape=request.launch)
                 self.flag_changed_guards(guards, flags[i:i + 1])
-                self.restore(slots[i], bufs)
+                self.copy_queued(slot_spans[i], span)
             self.stream.synchronize()  # a fault in any launch raises here
         with self.phases("read back"):
-            afters = self.read_staging(spec, len(plan))
+            afters, rows = self.read_staging(spec, len(plan))
             changed = flags.get()
-        worst = (0.0, 0.0)
+        # Every launch judged at once, and one at a time only where that finds a failure
+        # (or cannot decide): then the first failure and its reason are check_launch's.
+        passed = not changed.any() and self.rows_pass(
+            spec, rows, [seed for seed, _ in plan], [expected[seed] for seed, _ in plan])
         for i, ((seed, prefilled), after) in enumerate(zip(plan, afters)):
             where = input_sets.seed_label(seed) + (f", {prefilled}" if prefilled else "")
             if changed[i]:
@@ -138,16 +181,28 @@ class QueuedChecks:
                         f"{record.OUT_OF_BOUNDS}: bytes of the arena outside the kernel's "
                         "buffers changed, then were put back")
                 raise _Failed(f"{reason} ({where})")
+            if passed:
+                continue
             inputs, _ = self.seed_data(spec, seed)
             with self.phases("outputs compared"):
                 ok, reason = gate.check_launch(spec, inputs, after, expected[seed])
             if not ok:
                 raise _Failed(f"{reason} ({where})")
-            if not prefilled:
-                got = {p.name: gate.split_canary(after[p.name], p)[0] for p in spec.outputs()}
-                with self.phases("max error"):
-                    worst = tuple(map(max, worst, gate.max_error(got, expected[seed], spec)))
+        # The largest errors over the check seeds' launches (not the pre-filled one): those
+        # of all their elements at once, as the largest of each launch's.
+        checked = range(len(seeds))
+        got = {p.name: np.stack([gate.split_canary(afters[i][p.name], p)[0] for i in checked])
+               for p in spec.outputs()}
+        want = {p.name: np.stack([np.asarray(expected[seeds[i]][p.name]) for i in checked])
+                for p in spec.outputs()}
+        with self.phases("max error"):
+            worst = gate.max_error(got, want, spec)
         return {"max_abs_err": worst[0], "max_rel_err": worst[1]}
+
+
+def _span_bytes(spec, sizes: list[int]) -> int:
+    """Bytes from a slot's (or the arena's) first buffer to the end of its last canary."""
+    return sum(sizes[:-1]) + spec.buffers()[-1].nbytes + gate.CANARY_BYTES
 
 
 def _slot_sizes(spec) -> list[int]:
