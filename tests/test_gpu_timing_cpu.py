@@ -90,10 +90,10 @@ class FakeRunner:
         self.events.append("upload")
         self.uploaded[bufs["a"]] = images["seed"]
 
-    def written_on_device(self, spec, images):
+    def written_on_device(self, spec, images, slot=None):
         return {"seed": images["seed"]}
 
-    def on_device(self, spec, images):  # every buffer's image: restoring it is an upload
+    def on_device(self, spec, images, slot=None):  # every buffer's image: restoring it is an upload
         return {"seed": images["seed"], "whole": True}
 
     def restore(self, bufs, kept):
@@ -271,7 +271,27 @@ def test_each_input_sets_batch_is_captured_once_and_replayed(monkeypatch):
     assert said["batches"].startswith("launched one by one: capture failed")
     monkeypatch.setattr(gpu_timing, "replayable", replayable)
     samples, notes = gpu_timing.time_clock64(runner, request(warmup=10, min_reps=32, max_reps=32))
-    assert len(captured) == 2 and notes["batches"] == "each replayed from a CUDA graph (2 captured)"
+    assert len(captured) == 2 and notes["batches"] == (
+        "each replayed from a CUDA graph (2 captured, 0 kept from an earlier candidate)")
     assert runner.events == plain.events and runner.launched == plain.launched
     assert runner.uploads == 2 + 32 // gpu_timing.CLOCK_BATCH  # warm-up: two whole batches
     assert len(samples) == 32 and AFTER_UPLOAD not in samples
+
+
+def test_a_batch_graph_kept_from_an_earlier_request_is_given_this_ones_function(monkeypatch):
+    """Where ``batch_graphs`` holds a graph for the batch's places, the batch is replayed
+    from it, asked with the request's own function, and the notes count it as kept."""
+    asked = []
+
+    def replay(runner, key, fn, run):
+        asked.append((key[-2:], fn))  # (input set, launches), function
+        run()  # a kept graph is launched once before it counts, as a capture is
+        return run, "reused"
+
+    runner, plain = FakeRunner(), FakeRunner()
+    gpu_timing.time_clock64(plain, request(warmup=10, min_reps=32, max_reps=32))
+    monkeypatch.setattr(gpu_timing.batch_graphs, "replay", replay)
+    samples, notes = gpu_timing.time_clock64(runner, request(warmup=10, min_reps=32, max_reps=32))
+    assert notes["batches"] == "each replayed from a CUDA graph (0 captured, 2 kept from an earlier candidate)"
+    assert asked == [((0, gpu_timing.CLOCK_BATCH + 1), "fn"), ((1, gpu_timing.CLOCK_BATCH + 1), "fn")]
+    assert runner.events == plain.events and len(samples) == 32

@@ -191,16 +191,34 @@ class ArenaBuffers:
             else:  # a device image: a device-to-device copy
                 bufs[p.name][...] = image
 
-    def written_on_device(self, spec, images: dict) -> dict:
+    def written_on_device(self, spec, images: dict, slot: int | None = None) -> dict:
         """Device copies of ``images`` for the buffers a launch writes (outputs and inouts):
-        what ``restore`` puts back before each timed clock64 launch."""
-        return {p.name: self.cp.asarray(images[p.name]) for p in spec.buffers() if p.role != "in"}
+        what ``restore`` puts back before each timed clock64 launch (``slot``: as
+        ``on_device``)."""
+        return self._on_device(spec, images, [p for p in spec.buffers() if p.role != "in"],
+                               None if slot is None else ("written", slot))
 
-    def on_device(self, spec, images: dict) -> dict:
+    def on_device(self, spec, images: dict, slot: int | None = None) -> dict:
         """Device copies of every buffer's image (``restore`` copies them in as an upload
         on the stream: clock64 timing's batches are captured as graphs, and a copy from
-        host memory cannot be)."""
-        return {p.name: self.cp.asarray(images[p.name]) for p in spec.buffers()}
+        host memory cannot be). With a ``slot``: copied, on the stream, into arrays kept
+        for the spec and slot, so that every request's copies lie where the last one's
+        did (``harness.gpu.batch_graphs`` keeps a batch's graph across requests)."""
+        return self._on_device(spec, images, spec.buffers(), None if slot is None else ("all", slot))
+
+    def _on_device(self, spec, images: dict, params, slot) -> dict:
+        if slot is None:
+            return {p.name: self.cp.asarray(images[p.name]) for p in params}
+        key = (spec_key(spec), *slot)
+        kept = cache_get(self._timing_images, key)
+        if kept is None:
+            kept = cache_put(self._timing_images, key, {
+                p.name: self.cp.empty(images[p.name].nbytes, dtype=self.cp.uint8) for p in params},
+                4 * BUFFERS_KEPT)
+        for p in params:
+            self.copy_queued(kept[p.name], images[p.name].view(np.uint8).ravel()
+                             if isinstance(images[p.name], np.ndarray) else images[p.name])
+        return kept
 
     def copy_queued(self, dst, src) -> None:
         """``src`` (a host or device array) copied into the device array ``dst``, queued on

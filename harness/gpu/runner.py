@@ -120,6 +120,8 @@ class Runner(ArenaBuffers, BaselineOutputs, QueuedChecks):
         self._l2_flush = None  # cold clock64 timing's flush buffer (2x the L2), made once
         self._scratch = None  # harness.gpu.reuse_probe's target for an inout kernel's kept launches
         self._staging: dict = {}  # queued checks' copies of the buffers (queued_checks), one spec's
+        self._timing_images: OrderedDict = OrderedDict()  # clock64 timing's images, per spec and slot
+        self.batch_graphs: OrderedDict = OrderedDict()  # clock64 batches' graphs (batch_graphs)
         gpu_timing.spin_up(self)
 
     # -------------------------------------------------------------- plumbing

@@ -50,7 +50,7 @@ import functools
 
 import numpy as np
 
-from harness.gpu import input_sets, instrument
+from harness.gpu import batch_graphs, input_sets, instrument
 from harness.gpu.estimate import precise_enough
 
 TIMING_FAILED = "timing failed"
@@ -203,15 +203,19 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
     # variant that finds its own last answer in its outputs (a marker in their rounding
     # slack keyed on the input) must do the work on every launch the figure averages.
     # The cycles are counted inside the kernel, so the copies stay out of the figure.
-    kept = [runner.written_on_device(spec, image) for image in images]
+    kept = [runner.written_on_device(spec, image, slot=i) for i, image in enumerate(images)]
     # Every buffer's image on the device too: a batch's upload is then a device copy, and
     # the whole batch (upload, clock poison, launches and restores, settle) is captured
     # once per input set as a CUDA graph and replayed: one call a batch instead of ~25
     # (a one-thread tile's timing was 4.2 of its 15.6 ms in the worker, H200, session 24).
     # The launches, their order and what lies between them on the GPU are the same.
-    whole = [runner.on_device(spec, image) for image in images]
+    # The images lie where the last request's did (``slot``), so a graph captured for an
+    # earlier candidate of the kernel serves, given this one's function (batch_graphs).
+    whole = [runner.on_device(spec, image, slot=i) for i, image in enumerate(images)]
     graphs: dict = {}  # (input set, launches) -> replay
     failed_capture = []
+    graph_use = {"captured": 0, "reused": 0}
+    places = _batch_places(spec, request, bufs, whole, kept, base)
 
     def queue(count: int, which: int) -> None:
         runner.restore(bufs, whole[which])  # the upload: a device-to-device copy
@@ -242,8 +246,17 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         count += 1
         key = (batches[0] % 2, count)
         replay = graphs.get(key)
-        if replay is None:  # captured, and run once by the capture's own check
-            replay, why = replayable(runner, functools.partial(queue, count, key[0]))
+        if replay is None:  # a kept or captured graph, run once by its own check
+            run = functools.partial(queue, count, key[0])
+            try:
+                replay, how = batch_graphs.replay(runner, (places, *key), fn, run)
+                graph_use[how] += 1
+                why = ""
+            except Exception as err:  # a graph for this request alone, as before
+                if _sticky(runner, err):
+                    raise
+                replay, why = replayable(runner, run)
+                graph_use["captured"] += not why
             graphs[key] = replay
             if why:  # not captured: nothing ran; a plain batch from now on
                 failed_capture.append(why)
@@ -284,7 +297,8 @@ def time_clock64(runner, request, before_batch=None) -> tuple[list[float], dict]
         variances.append(float(np.var(cycles)))
     with runner.phases("timed buffers checked"):
         runner.check_sets(request, [bufs], [seeds[(batches[0] - 1) % 2]], "after timing")
-    notes = {"batches": (f"each replayed from a CUDA graph ({len(graphs)} captured)"
+    notes = {"batches": (f"each replayed from a CUDA graph ({graph_use['captured']} captured, "
+                         f"{graph_use['reused']} kept from an earlier candidate)"
                          if not failed_capture else
                          f"launched one by one: {failed_capture[0]}")}
     return samples, {**notes, "launches_per_upload": f"1 untimed + {CLOCK_BATCH} + 1 settle",
@@ -384,6 +398,24 @@ def time_events(runner, request) -> tuple[list[float], dict]:
     return [us * mhz for us in samples], notes
 
 
+def _batch_places(spec, request, bufs, whole, kept, clock_base: int) -> tuple:
+    """What a clock64 batch's stream work depends on besides the function it launches:
+    a graph kept under it does the same work (``batch_graphs``). Device addresses, so
+    that a kernel's images made anew (another place) never meet a graph of the old ones."""
+    def addresses(arrays):
+        return tuple(getattr(getattr(a, "data", None), "ptr", a) for a in arrays)
+
+    return (spec.name, spec.entry, spec.grid, spec.block, spec.caches, spec.shared_mem, spec.params,
+            None if request.launch is None else (request.launch.grid, request.launch.block),
+            addresses(bufs.values()), clock_base,
+            tuple(addresses(w.values()) for w in whole), tuple(addresses(k.values()) for k in kept))
+
+
+def _sticky(runner, err) -> bool:
+    """Whether ``err`` left the context unusable (a sticky CUDA error: the variant's)."""
+    return isinstance(err, runner.cuda_errors) and any(m in str(err) for m in STICKY_MARKERS)
+
+
 def replayable(runner, run) -> tuple:
     """(replay, why not a graph): ``run`` (stream work) captured as a CUDA graph whose
     replay does it again, or, where capture fails, ``run`` itself and the reason."""
@@ -399,7 +431,7 @@ def replayable(runner, run) -> tuple:
         stream.synchronize()
         return replay, ""
     except Exception as err:  # capture unsupported here: the caller times a plain loop
-        if isinstance(err, runner.cuda_errors) and any(m in str(err) for m in STICKY_MARKERS):
+        if _sticky(runner, err):
             raise
         return run, f"capture failed ({err})"
 
