@@ -204,3 +204,31 @@ def test_a_failing_variant_is_named_by_its_first_failing_launch(variant, reason)
     runner, request = check(variant)
     with pytest.raises(_Failed, match=reason):
         runner.check_queued(request)
+
+
+def exact_only_in_the_normal_range(x, y, arena, y_offset, launch):
+    relu(x, y, arena, y_offset, launch)
+    y[np.abs(x) > 100] = 0  # an approximation that holds over the normal fills alone
+
+
+def stops_after_the_checks(x, y, arena, y_offset, launch):
+    if launch <= VARIANT + 6:  # the check's six launches; after them, a launch counter says stop
+        relu(x, y, arena, y_offset, launch)
+
+
+@pytest.mark.parametrize("variant", [exact_only_in_the_normal_range, stops_after_the_checks])
+def test_the_stress_check_after_timing_is_one_queued_launch_judged_norm_wise(variant):
+    """The runner's stress check for a kernel whose checks are queued: the variant once more
+    on the stress seed, queued and judged as check_seed judges it (norm-wise, named
+    "after timing"): a variant right only where the normal fills reach, or one that stops
+    working once the checks are over, fails it; an honest one passes."""
+    stress = input_sets.stress_seed(SEEDS[0])
+    runner, request = check(relu)
+    runner.check_queued(request)
+    runner.queued_launches(request, [(stress, "after timing", False)])
+    assert runner.launched[-1] == "variant" and len(runner.launched) == 8 + 6 + 1
+    runner, request = check(variant)
+    runner.check_queued(request)  # both pass the checks
+    with pytest.raises(_Failed, match=rf"^(wrong result|output not written): .*"
+                                      rf"\({input_sets.seed_label(stress)}, after timing\)$"):
+        runner.queued_launches(request, [(stress, "after timing", False)])

@@ -19,7 +19,8 @@ off the arena, and read back together after one wait:
    back, and the launches judged in order: the first failure is the reason, worded as
    ``Runner.check`` words it. A fault in any launch raises at the wait (a launch error).
 
-The stress check after timing stays one launch judged at once (``Runner.check_seed``).
+3. The stress check after timing: one launch, queued and judged the same way
+   (``queued_launches``).
 """
 
 from __future__ import annotations
@@ -142,24 +143,45 @@ class QueuedChecks:
         stress = input_sets.stress_seed(first)
         self.queue_baselines(request, seeds + list(input_sets.timing_seeds(request.timing_seed))
                              + [stress])
-        expected = {seed: self.baseline_outputs(request, seed) for seed in seeds}  # cached
+        plan = [(seed, "", False) for seed in seeds] + [
+            (second, f"outputs pre-filled with its own results on {input_sets.seed_label(first)}",
+             True)]
+        afters = self.queued_launches(request, plan)
+        # The largest errors over the check seeds' launches (not the pre-filled one): those
+        # of all their elements at once, as the largest of each launch's.
+        checked = range(len(seeds))
+        got = {p.name: np.stack([gate.split_canary(afters[i][p.name], p)[0] for i in checked])
+               for p in spec.outputs()}
+        want = {p.name: np.stack([np.asarray(self.baseline_outputs(request, seeds[i])[p.name])
+                                  for i in checked]) for p in spec.outputs()}
+        with self.phases("max error"):
+            worst = gate.max_error(got, want, spec)
+        return {"max_abs_err": worst[0], "max_rel_err": worst[1]}
+
+    def queued_launches(self, request, plan: list[tuple[int, str, bool]]) -> list[dict]:
+        """The variant launched on each (seed, words for the reason, pre-filled?) of
+        ``plan``, queued: the guards filled once and compared after each launch into a
+        flag of its own, one wait, one read back; judged in order (the first failure
+        raises _Failed, worded as ``Runner.check_seed`` words it; a stress seed's outputs
+        compared norm-wise). Pre-filled: the outputs hold the variant's own results from
+        the plan's first launch instead of the poison. Returns each launch's buffers."""
+        spec = request.spec
+        expected = {seed: self.baseline_outputs(request, seed) for seed, _, _ in plan}
         fn = self.function(request.cubin, spec.entry, spec.shared_mem)
         bufs = self.buffers(spec)
         args = self.args(spec, bufs)
         guards = self.guards(spec)
-        plan = [(seed, "") for seed in seeds] + [
-            (second, f"outputs pre-filled with its own results on {input_sets.seed_label(first)}")]
         slots = self.staging(spec, len(plan))
         span, slot_spans = self.spans(spec, len(plan))
         flags = self.cp.zeros(len(plan), dtype=self.cp.int32)
         with self.phases("guards filled"):
             self.fill_guards(guards)
         with self.phases("launches"):
-            for i, (seed, prefilled) in enumerate(plan):
+            for i, (seed, _, prefilled) in enumerate(plan):
                 # Between the buffers the upload writes the canary byte the guards hold: a
                 # change there by the launch before was flagged before this upload.
                 self.copy_queued(span, self.packed(spec, seed))
-                if prefilled:  # outputs holding its own results on the first seed
+                if prefilled:
                     self.restore(bufs, {p.name: slots[0][p.name] for p in spec.outputs()
                                         if p.role == "out"})
                 self.launch(fn, spec, args, shape=request.launch)
@@ -170,11 +192,13 @@ class QueuedChecks:
             afters, rows = self.read_staging(spec, len(plan))
             changed = flags.get()
         # Every launch judged at once, and one at a time only where that finds a failure
-        # (or cannot decide): then the first failure and its reason are check_launch's.
-        passed = not changed.any() and self.rows_pass(
-            spec, rows, [seed for seed, _ in plan], [expected[seed] for seed, _ in plan])
-        for i, ((seed, prefilled), after) in enumerate(zip(plan, afters)):
-            where = input_sets.seed_label(seed) + (f", {prefilled}" if prefilled else "")
+        # (or cannot decide: stress seeds are compared norm-wise, by check_launch alone):
+        # then the first failure and its reason are check_launch's.
+        stress = [input_sets.is_stress_seed(seed) for seed, _, _ in plan]
+        passed = not changed.any() and not any(stress) and self.rows_pass(
+            spec, rows, [seed for seed, _, _ in plan], [expected[seed] for seed, _, _ in plan])
+        for i, ((seed, words, _), after) in enumerate(zip(plan, afters)):
+            where = input_sets.seed_label(seed) + (f", {words}" if words else "")
             if changed[i]:
                 with self.phases("guards compared"):
                     reason = self._changed_guard_reason(guards) or (
@@ -185,19 +209,10 @@ class QueuedChecks:
                 continue
             inputs, _ = self.seed_data(spec, seed)
             with self.phases("outputs compared"):
-                ok, reason = gate.check_launch(spec, inputs, after, expected[seed])
+                ok, reason = gate.check_launch(spec, inputs, after, expected[seed], stress=stress[i])
             if not ok:
                 raise _Failed(f"{reason} ({where})")
-        # The largest errors over the check seeds' launches (not the pre-filled one): those
-        # of all their elements at once, as the largest of each launch's.
-        checked = range(len(seeds))
-        got = {p.name: np.stack([gate.split_canary(afters[i][p.name], p)[0] for i in checked])
-               for p in spec.outputs()}
-        want = {p.name: np.stack([np.asarray(expected[seeds[i]][p.name]) for i in checked])
-                for p in spec.outputs()}
-        with self.phases("max error"):
-            worst = gate.max_error(got, want, spec)
-        return {"max_abs_err": worst[0], "max_rel_err": worst[1]}
+        return afters
 
 
 def _span_bytes(spec, sizes: list[int]) -> int:
