@@ -204,6 +204,26 @@ def test_bench_throughput_smoke_on_static(tmp_path, capsys):
                if re.search(r"\d", line) and not line.startswith("wrote"))
 
 
+def test_bench_throughput_says_what_the_runs_process_adds_to_the_workers_time():
+    """The round trip (request sent to answer read) and the measure stage per candidate
+    beside the worker's own phases: what lies between them is the run's process's."""
+    from harness.tools.bench_throughput import format_summary
+
+    pipeline = {k: 0 for k in ("genomes", "unique_ptx", "ptx_hits", "compiled", "ptxas_errors",
+                               "unique_code", "code_hits", "measured")}
+    pipeline.update(ptx_hit_rate=0.0, code_hit_rate=0.0, apply_seconds=1.0, compile_seconds=1.0,
+                    measure_seconds=2.0)
+    summary = {"backend": "gpu", "device": "NVIDIA H200", "chosen_because": "", "seconds": 12.0,
+               "batches": 1, "batch_size": 16, "kernels": 1, "compile_pool": 16, "ahead": 2,
+               "unique_candidates_per_s": 1.0, "measured_per_s": 1.0, "genomes_per_s": 1.0,
+               "pipeline": pipeline, "valid": 1, "invalid": 0, "by_reason": {"ok": 1},
+               "static": False, "phases": {"timing": 0.002, "check": 0.003},
+               "round_trip_seconds": 0.0081, "measure_stage_seconds": 0.0166}
+    text = format_summary(summary)
+    assert "worker time per measured candidate: 5.0 ms" in text
+    assert "in the run's process: 8.1 ms from request to answer, 16.6 ms of the measure stage" in text
+
+
 @pytest.mark.gpu
 def test_evo_measure_gpu_vectorized_beats_baseline(tmp_path, capsys):
     from evo.cli import main

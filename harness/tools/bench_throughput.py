@@ -57,6 +57,7 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
     reasons: collections.Counter = collections.Counter()
     phases: collections.Counter = collections.Counter()  # worker seconds by phase, summed
     fresh = 0  # measurements the worker made (not store answers)
+    round_trips = 0.0  # their seconds as the run's process saw them (request to answer)
     specs = [find_kernel(n) for n in names]
     batches = 0
     with tempfile.TemporaryDirectory(prefix="evo-bench-") as tmp, \
@@ -101,6 +102,7 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
                     reasons["ok" if m.valid else m.reason.split(":", 1)[0]] += 1
                     if not m.cached and m.notes.get("phases"):
                         fresh += 1
+                        round_trips += m.seconds
                         phases.update(m.notes["phases"])
                 batches += 1
         elapsed = time.perf_counter() - start
@@ -125,6 +127,12 @@ def run_bench(seconds: float, backend_kind: str = "static", batch: int = 16, see
             "by_reason": dict(reasons.most_common()),
             # mean worker seconds per fresh measurement, by phase (harness.phases)
             "phases": {name: round(s / fresh, 6) for name, s in phases.most_common()} if fresh else {},
+            # the same measurements' mean seconds from the request sent to the answer read
+            # in the run's process: the worker's phases, plus the pipe and the waits around them
+            "round_trip_seconds": round(round_trips / fresh, 6) if fresh else None,
+            # the backend's measure stage per candidate it measured (threads, store, waits)
+            "measure_stage_seconds": (round(stats["measure_seconds"] / stats["measured"], 6)
+                                      if stats["measured"] else None),
         }
     return summary
 
@@ -156,6 +164,10 @@ def format_summary(s: dict) -> str:
         total = sum(s["phases"].values())
         lines.append(f"worker time per measured candidate: {total * 1e3:.1f} ms; "
                      + ", ".join(f"{name} {sec * 1e3:.1f}" for name, sec in list(s["phases"].items())[:8]))
+        if s.get("round_trip_seconds") is not None:
+            lines.append(f"per measured candidate in the run's process: {s['round_trip_seconds'] * 1e3:.1f} ms "
+                         f"from request to answer, {s['measure_stage_seconds'] * 1e3:.1f} ms of the "
+                         "measure stage")
     if s["static"]:
         lines = [f"{line}  [{STATIC_TAG}]" if any(c.isdigit() for c in line) else line for line in lines]
     return "\n".join(lines)
