@@ -46,13 +46,17 @@ class QueuedChecks:
         """``count`` slots, each a uint8 device copy of every buffer of the spec (canary
         included), in one allocation off the arena (kept for the spec; the guards never
         see it): where queued launches leave their buffers until the one read back."""
-        sizes = _slot_sizes(spec)
+        return self._slots(spec, self._staging_area(spec, count), count, _slot_sizes(spec))
+
+    def _staging_area(self, spec, count: int):
+        """The staging allocation, for at least ``count`` slots (one spec's at a time)."""
+        size = sum(_slot_sizes(spec))
         area = self._staging.get(spec_key(spec))
-        if area is None or area.nbytes < count * sum(sizes):
-            self._staging = {}  # one spec's at a time
-            area = self._staging[spec_key(spec)] = self.cp.empty(
-                max(count, 8) * sum(sizes), dtype=self.cp.uint8)
-        return self._slots(spec, area, count, sizes)
+        if area is None or area.nbytes < count * size:
+            self._staging = {}
+            area = self._staging[spec_key(spec)] = self.cp.empty(max(count, 8) * size,
+                                                                 dtype=self.cp.uint8)
+        return area
 
     @staticmethod
     def _slots(spec, area, count: int, sizes: list[int]) -> list[dict]:
@@ -87,7 +91,7 @@ class QueuedChecks:
         bytes, uploaded as the canary byte they hold (``packed``)."""
         sizes = _slot_sizes(spec)
         length = _span_bytes(spec, sizes)
-        area = self._staging[spec_key(spec)]
+        area = self._staging_area(spec, count)
         return (self.arena_span(spec, length),
                 [area[i * sum(sizes):i * sum(sizes) + length] for i in range(count)])
 
@@ -117,7 +121,6 @@ class QueuedChecks:
             baseline = self.function(request.baseline_cubin, spec.entry, spec.shared_mem)
             bufs = self.buffers(spec)
             args = self.args(spec, bufs)
-            self.staging(spec, len(todo))
             span, slot_spans = self.spans(spec, len(todo))
             images = [self.packed(spec, seed) for seed, _, _ in todo]
             try:
