@@ -27,7 +27,8 @@ answers ``MeasureRequest``s with ``Measurement``s. For each request:
    (``input_sets.stress_seed``: heavy tails, large magnitudes, compared norm-wise). After timing,
    so that a variant that keeps state across launches (a launch counter in a ``.global``)
    and stops working once the checks seem over is seen; on stress inputs, so that an
-   approximation valid only over the normal fills' range is seen.
+   approximation valid only over the normal fills' range is seen (queued as the checks
+   are, for a small kernel).
 
 A CUDA error is a ``launch error: <cuda error text>`` result. After any failed request
 ``healthy()`` probes the context; a sticky error (illegal address, misaligned address,
