@@ -4,7 +4,7 @@ The queued checks (``harness.gpu.queued_checks``) read every launch's buffers ba
 array, a row per launch (a staging slot: each buffer and its canary at a fixed offset).
 Judged a launch at a time by ``gate.check_launch``, a one-thread tile's fourteen launches a
 candidate (the baseline on eight seeds, the variant on six) cost ~40 us of NumPy calls each
-on tiny arrays. ``rows_pass`` judges all rows in a few NumPy operations over the whole
+on tiny arrays (measured on the CPU machine). ``rows_pass`` judges all rows in a few NumPy operations over the whole
 array: every canary intact, every input as uploaded, no output element left holding the
 poison, and, against a reference, integers equal and floats within the spec's tolerance
 (``np.isclose`` as ``gate.compare`` calls it).
