@@ -14,20 +14,9 @@ from harness.gpu.instrument import instrument
 from harness.kernels.suite import find_kernel
 
 from test_gpu_harness import cubin
+from test_program_gpu import with_spin
 
 pytestmark = pytest.mark.gpu
-
-SPIN = """\t{
-\t.reg .u64 %evo_t<3>;
-\t.reg .pred %evo_p;
-\tmov.u64 %evo_t0, %clock64;
-EVO_SPIN:
-\tmov.u64 %evo_t1, %clock64;
-\tsub.u64 %evo_t2, %evo_t1, %evo_t0;
-\tsetp.lt.u64 %evo_p, %evo_t2, 20000;
-\t@%evo_p bra EVO_SPIN;
-\t}
-"""
 
 
 def request(spec, ptx: str, first_seed: int) -> MeasureRequest:
@@ -41,7 +30,7 @@ def request(spec, ptx: str, first_seed: int) -> MeasureRequest:
 def test_a_kept_batch_graph_times_each_candidates_own_function():
     spec = find_kernel("gemm_tile_4x6x8")
     tile = spec.ptx_text()
-    slow = tile.replace("\tret;", SPIN + "\tret;", 1)
+    slow = with_spin(tile, 20_000)
     assert slow != tile
     with GpuWorker(0) as worker:
         first, spun, again = (worker.measure(request(spec, ptx, seed))

@@ -117,17 +117,20 @@ def test_an_evo_run_on_the_capture_goes_through_verify(captured, capsys, tmp_pat
         assert status == 1 and "nothing checked" in err, out + err
 
 
-SPIN = """\t{
+def with_spin(ptx: str, cycles: int) -> str:
+    """``ptx`` spinning ``cycles`` SM cycles on %clock64 before its first ``ret``."""
+    spin = f"""\t{{
 \t.reg .u64 %evo_t<3>;
 \t.reg .pred %evo_p;
 \tmov.u64 %evo_t0, %clock64;
 EVO_SPIN:
 \tmov.u64 %evo_t1, %clock64;
 \tsub.u64 %evo_t2, %evo_t1, %evo_t0;
-\tsetp.lt.u64 %evo_p, %evo_t2, 40000;
+\tsetp.lt.u64 %evo_p, %evo_t2, {cycles};
 \t@%evo_p bra EVO_SPIN;
-\t}
+\t}}
 """
+    return ptx.replace("\tret;", spin + "\tret;", 1)
 
 
 def test_verify_times_each_kernel_in_the_program_and_sees_a_slower_one(captured, capsys):
@@ -136,7 +139,7 @@ def test_verify_times_each_kernel_in_the_program_and_sees_a_slower_one(captured,
     from evo.cli import main
 
     root, app, m = captured
-    slow = _run_with(root, m, "slow", lambda ptx: ptx.replace("\tret;", SPIN + "\tret;", 1))
+    slow = _run_with(root, m, "slow", lambda ptx: with_spin(ptx, 40000))
     cap = str(root / "cap")
     assert main(["verify", "--model", cap, "--run", slow, "--timed", "5", "--",
                  "python", str(app), "16"]) == 0
