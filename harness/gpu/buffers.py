@@ -216,8 +216,7 @@ class ArenaBuffers:
                 p.name: self.cp.empty(images[p.name].nbytes, dtype=self.cp.uint8) for p in params},
                 4 * BUFFERS_KEPT)
         for p in params:
-            self.copy_queued(kept[p.name], images[p.name].view(np.uint8).ravel()
-                             if isinstance(images[p.name], np.ndarray) else images[p.name])
+            self.copy_queued(kept[p.name], images[p.name])
         return kept
 
     def copy_queued(self, dst, src) -> None:
