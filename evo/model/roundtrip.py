@@ -10,14 +10,16 @@ folder, ``OUT/run``, kernels in order of their share of the step; ``--top N`` ke
 N largest), checks each evolved kernel on the model's own data and times it there against its own code
 (``evo.model.check.ProgramCheck``), leaves out those that differed there or ran slower (as
 ``evo verify`` then ``evo.install`` do), installs the best of the others into the running program and
-verifies outputs and step time A/B (``evo.model.verify``). Prints the report and writes
-``OUT/report.json``.
+verifies outputs and step time A/B (``evo.model.verify``). Prints the report and the wall
+seconds of each step of the job (``--gpus 0,1``: the searches on those GPUs; capture, the
+checks in the model and the A/B run on the program's own GPU), and writes ``OUT/report.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from evo.model.examples import TRANSFORMERS
@@ -43,8 +45,11 @@ def main(argv=None) -> int:
     parser.add_argument("--pop", type=int, default=5)
     parser.add_argument("--top", type=int, default=0, help="evolve only the N largest kernels")
     parser.add_argument("--repeats", type=int, default=30, help="A/B rounds of the step")
+    parser.add_argument("--gpus", default="", metavar="0,1",
+                        help="the GPUs the searches measure on (default: the run's default)")
     parser.add_argument("--out", default="runs/model")
     args = parser.parse_args(argv)
+    gpus = {"gpus": [int(g) for g in args.gpus.split(",")]} if args.gpus else {}
 
     import evo
     from evo.model import examples
@@ -60,14 +65,17 @@ def main(argv=None) -> int:
     except ModuleNotFoundError as err:  # torch, torchvision or transformers missing here
         parser.exit(2, f"evo.model.roundtrip: the model needs {err.name}, which is not "
                        f"installed here (pip install {err.name})\n")
+    job = _Steps()
     evo.capture(step, *inputs, out=out / "capture")
+    job.done("capture")
     manifest = read(out / "capture")
     if host := waits_on_host(manifest):  # said now, not after the whole job
         print(f"capture: {host}", flush=True)
     kernels = manifest["kernels"][:args.top] if args.top else manifest["kernels"]
     results = evo.evolve([k["kernel_spec"] for k in kernels], generations=args.generations,
                          pop=args.pop, backend="gpu", out=str(out / "run"),
-                         store=str(out / "store.sqlite"))
+                         store=str(out / "store.sqlite"), **gpus)
+    job.done("evolve")
     choices = plan(out / "capture", out / "run", verified=False)
     specs = {k["source"]["kernel"]: k["kernel_spec"] for k in manifest["kernels"]}
     # each kernel checked on the model's data, then timed there, both codes in turn; as
@@ -77,19 +85,39 @@ def main(argv=None) -> int:
             step(*inputs)
     keep_verdicts(out / "run", ["evo.model.roundtrip"],
                   kernel_verdicts(check, [c for c in choices if c.cubin is not None]))
+    job.done("checked in the model")
     choices = plan(out / "capture", out / "run")
     with Installed(choices) as installed:
         verdict = verify(step, inputs, installed, repeats=args.repeats)
+    job.done("install and verify")
     verdict["checks"], verdict["in_model"] = check.results, check.times_us()
     text = report(verdict, manifest, choices, results)
     print(text)
+    print(job.line(args.gpus), flush=True)
     (out / "report.json").write_text(json.dumps({
-        "verdict": verdict, "model": vars(args),
+        "verdict": verdict, "model": vars(args), "job_seconds": job.seconds,
         "kernels": [{"name": c.name, "installed": c.cubin is not None, "reason": c.reason,
                      "genome": c.genome} for c in choices],
         "results": [str(r) for r in results]}, indent=1) + "\n")
     kernels_agree = all(r["agree"] for runs in verdict["checks"].values() for r in runs)
     return 0 if verdict["outputs_agree"] and kernels_agree else 1
+
+
+class _Steps:
+    """Wall seconds of the job's steps, in order (the model's own building not counted)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def done(self, step: str) -> None:
+        now = time.perf_counter()
+        self.seconds[step], self._last = round(now - self._last, 1), now
+
+    def line(self, gpus: str) -> str:
+        steps = ", ".join(f"{step} {s:.1f} s" for step, s in self.seconds.items())
+        return (f"the job: {sum(self.seconds.values()):.1f} s ({steps}; searches on "
+                f"{'GPUs ' + gpus if gpus else 'the default GPUs'})")
 
 
 def _model(args, examples):
