@@ -145,3 +145,42 @@ def test_an_nvcc_bf16_kernel_and_a_gene_go_through_ptxas_and_the_static_backend(
     assert base.valid is None and base.timer == "static" and base.cycles, base.reason  # unchecked
     variant = api.measure(spec, "vec_ld(width=2)", backend="static", store=":memory:")
     assert variant.valid is None and variant.cycles, variant.reason
+
+
+def test_a_gpu_draws_narrow_floats_in_float32_and_wide_ones_in_float64():
+    """On the GPU (any ``xp`` but NumPy) floats of 32 bits or fewer are drawn in float32
+    (half the bytes of float64 draws); f64 buffers and every NumPy draw stay float64."""
+    import types
+
+    from harness.kernels.reference import draw_precision, random_inputs
+    from harness.kernels.spec import KernelSpec, numpy_dtype
+
+    asked = {}
+
+    class Draws:  # records the dtype each draw was asked in, draws it with NumPy
+        def __init__(self):
+            self.rng = np.random.default_rng(0)
+
+        def normal(self, loc, scale, size, dtype=np.float64):
+            asked[size] = np.dtype(dtype)
+            return self.rng.normal(loc, scale, size).astype(dtype)
+
+        uniform = normal
+
+    params = tuple(read_param({"name": f"x{i}", "kind": "buffer", "dtype": dt, "count": 10 + i,
+                               "role": "in", "fill": fill}, "t.toml")
+                   for i, (dt, fill) in enumerate([("f32", "normal"), ("f16", "uniform"),
+                                                   ("f64", "normal"), ("f64", "uniform")]))
+    s = KernelSpec(name="k", entry="k", ptx_path=Path("k.ptx"), grid=(1, 1, 1), block=(1, 1, 1),
+                   params=params)
+    device = types.SimpleNamespace(zeros=np.zeros, full=np.full)  # "not NumPy"
+    got = random_inputs(s, Draws(), device)
+    assert asked == {10: np.float32, 11: np.float32, 12: np.float64, 13: np.float64}
+    assert [got[f"x{i}"].dtype for i in range(4)] == [np.float32, np.float16, np.float64, np.float64]
+    asked.clear()
+    random_inputs(s, Draws(), np)
+    assert set(asked.values()) == {np.dtype(np.float64)}  # NumPy's draws as they always were
+    from harness.dtypes import encodings
+    for dt in ("bf16", "f8e4m3", "f8e5m2"):
+        assert draw_precision(numpy_dtype(dt), encodings.of(dt)) == {"dtype": np.float32}, dt
+    assert draw_precision(np.dtype(np.int32), None) == {}

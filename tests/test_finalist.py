@@ -283,7 +283,16 @@ class _NS:
 cuda = _NS(); cuda.runtime = _NS(); cuda.driver = _NS(); cuda.function = _NS()
 cuda.runtime.CUDARuntimeError = cuda.driver.CUDADriverError = _Err
 cuda.curand = _NS(); cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10 = 0
-random = _NS(); random.RandomState = lambda seed, method=None: np.random.RandomState(seed % 2**32)
+class _RandomState(np.random.RandomState):  # CuPy's draws take a dtype
+    def __init__(self, seed, method=None):
+        super().__init__(seed % 2**32)
+    def normal(self, loc, scale, size, dtype=float):
+        return super().normal(loc, scale, size).astype(dtype)
+    def uniform(self, low, high, size, dtype=float):
+        return super().uniform(low, high, size).astype(dtype)
+    def random_sample(self, size, dtype=float):
+        return super().random_sample(size).astype(dtype)
+random = _NS(); random.RandomState = _RandomState
 def _malloc(n):
     _mem[len(_mem) + 1] = np.zeros(n, np.uint8)
     return len(_mem)

@@ -93,25 +93,26 @@ def other_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | n
 
 class _DeviceDraws:
     """The draws ``random_inputs`` and ``stress_inputs`` make of a NumPy Generator, made on
-    the GPU by a CuPy RandomState. Its generator is Philox (counter-based): cuRAND's default,
-    XORWOW, sets up a state per thread for every new seed, which cost ~2 ms per input set
-    of 4M elements, and each candidate draws fresh sets (H200, session 14)."""
+    the GPU by a CuPy RandomState, in float32 where asked (``reference.draw_precision``). Its
+    generator is Philox (counter-based): cuRAND's default, XORWOW, sets up a state per
+    thread for every new seed, which cost ~2 ms per input set of 4M elements, and each
+    candidate draws fresh sets (H200, session 14)."""
 
     def __init__(self, cupy, seed: int):
         self._state = cupy.random.RandomState(
             seed, method=cupy.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
 
-    def normal(self, loc, scale, size):
-        return self._state.normal(loc, scale, size)
+    def normal(self, loc, scale, size, dtype=np.float64):
+        return self._state.normal(loc, scale, size, dtype=dtype)
 
-    def uniform(self, low, high, size):
-        return self._state.uniform(low, high, size)
+    def uniform(self, low, high, size, dtype=np.float64):
+        return self._state.uniform(low, high, size, dtype=dtype)
 
     def integers(self, low, high, size):
         return self._state.randint(low, high, size)
 
-    def random(self, size):
-        return self._state.random_sample(size)
+    def random(self, size, dtype=np.float64):
+        return self._state.random_sample(size, dtype=dtype)
 
 
 def _draws(xp, seed, salt: int | None = None):
@@ -163,7 +164,7 @@ def stress_inputs(spec: KernelSpec, seed: int, xp=np) -> dict[str, np.ndarray | 
             continue
         encoding = encodings.of(p.dtype)
         values = encoding.to_float(inputs[p.name]) if encoding else inputs[p.name]
-        scaled = rng.random(p.count) < STRESS_FRACTION
+        scaled = rng.random(p.count, **({} if xp is np else {"dtype": np.float32})) < STRESS_FRACTION
         factor = xp.exp2(rng.integers(1, STRESS_MAX_EXPONENT + 1, p.count))
         # f16 would overflow to inf (fp8 e4m3 to NaN): clip to its largest finite
         big = encoding.MAX if encoding else np.finfo(values.dtype).max

@@ -43,18 +43,32 @@ def random_inputs(spec, rng: np.random.Generator, xp=np) -> Inputs:
         if p.role == "out":
             values[p.name] = xp.zeros(p.count, dtype)
             continue
+        encoding = encodings.of(p.dtype)
+        narrow = {} if xp is np else draw_precision(dtype, encoding)
         if p.fill == "normal":
-            drawn = rng.normal(p.mean, p.std, p.count)
+            drawn = rng.normal(p.mean, p.std, p.count, **narrow)
         elif p.fill == "uniform":
-            drawn = rng.uniform(p.low, p.high, p.count)
+            drawn = rng.uniform(p.low, p.high, p.count, **narrow)
         elif p.fill == "int":
             drawn = rng.integers(int(p.low), int(p.high), p.count)
         else:
-            drawn = xp.full(p.count, p.value, np.float32 if encodings.of(p.dtype) else dtype)
+            drawn = xp.full(p.count, p.value, np.float32 if encoding else dtype)
         # bf16 and fp8 are kept as their bits (harness.dtypes.encodings): the values drawn, rounded
-        encoding = encodings.of(p.dtype)
-        values[p.name] = encoding.from_float(drawn, xp) if encoding else drawn.astype(dtype)
+        values[p.name] = (encoding.from_float(drawn, xp) if encoding
+                          else drawn.astype(dtype, copy=False))
     return values
+
+
+def draw_precision(dtype: np.dtype, encoding) -> dict:
+    """The float type a GPU draws a buffer's values in (``harness.gpu.input_sets``): float32
+    for buffers of 32-bit floats or narrower (bf16 and fp8 round from float32 anyway), else
+    float64. Draws and their conversion from float64 were the largest part of a large
+    kernel's measurement (resnet50's batch-norm kernels: ~30 % of the worker's time, H200,
+    BENCHMARKS.md session 27). NumPy's draws stay float64: host-judged kernels keep the
+    inputs they always had."""
+    if encoding is not None or (dtype.kind == "f" and dtype.itemsize <= 4):
+        return {"dtype": np.float32}
+    return {}
 
 
 def _f64(x: np.ndarray) -> np.ndarray:
