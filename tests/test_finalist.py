@@ -286,6 +286,8 @@ cuda.curand = _NS(); cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10 = 0
 class _RandomState(np.random.RandomState):  # CuPy's draws take a dtype
     def __init__(self, seed, method=None):
         super().__init__(seed % 2**32)
+    def seed(self, seed):
+        super().seed(seed % 2**32)
     def normal(self, loc, scale, size, dtype=float):
         return super().normal(loc, scale, size).astype(dtype)
     def uniform(self, low, high, size, dtype=float):
@@ -298,6 +300,7 @@ def _malloc(n):
     return len(_mem)
 cuda.runtime.malloc, cuda.runtime.free = _malloc, lambda ptr: None
 cuda.runtime.deviceSynchronize = lambda: None
+cuda.runtime.getDevice = lambda: 0
 cuda.runtime.getDeviceCount = lambda: 2
 class Device:
     def __init__(self, ordinal):

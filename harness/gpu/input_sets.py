@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 
 import numpy as np
@@ -96,11 +97,30 @@ class _DeviceDraws:
     the GPU by a CuPy RandomState, in float32 where asked (``reference.draw_precision``). Its
     generator is Philox (counter-based): cuRAND's default, XORWOW, sets up a state per
     thread for every new seed, which cost ~2 ms per input set of 4M elements, and each
-    candidate draws fresh sets (H200, session 14)."""
+    candidate draws fresh sets (H200, session 14).
+
+    One generator per thread and GPU, seeded again for each set (``RandomState.seed``: the
+    key set and the offset back to 0, what a new RandomState of that seed starts from, so
+    the same numbers): each set made and destroyed a cuRAND generator, and a candidate
+    draws ~10 sets. Draws from an object whose generator a newer one has seeded since
+    would be another seed's numbers: they raise."""
 
     def __init__(self, cupy, seed: int):
-        self._state = cupy.random.RandomState(
-            seed, method=cupy.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
+        kept = _GENERATORS.__dict__.setdefault("by_device", {})
+        device = cupy.cuda.runtime.getDevice()
+        if device in kept:
+            kept[device][0].seed(seed)
+        else:
+            kept[device] = [cupy.random.RandomState(
+                seed, method=cupy.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10), None]
+        kept[device][1] = self
+        self._kept = kept[device]
+
+    @property
+    def _state(self):
+        if self._kept[1] is not self:
+            raise RuntimeError("input_sets: a draw from a generator seeded for another set since")
+        return self._kept[0]
 
     def normal(self, loc, scale, size, dtype=np.float64):
         return self._state.normal(loc, scale, size, dtype=dtype)
@@ -113,6 +133,9 @@ class _DeviceDraws:
 
     def random(self, size, dtype=np.float64):
         return self._state.random_sample(size, dtype=dtype)
+
+
+_GENERATORS = threading.local()  # by_device: GPU id -> [RandomState, the _DeviceDraws using it]
 
 
 def _draws(xp, seed, salt: int | None = None):
