@@ -62,10 +62,10 @@ def random_inputs(spec, rng: np.random.Generator, xp=np) -> Inputs:
 def draw_precision(dtype: np.dtype, encoding) -> dict:
     """The float type a GPU draws a buffer's values in (``harness.gpu.input_sets``): float32
     for buffers of 32-bit floats or narrower (bf16 and fp8 round from float32 anyway), else
-    float64. Draws and their conversion from float64 were the largest part of a large
-    kernel's measurement (resnet50's batch-norm kernels: ~30 % of the worker's time, H200,
-    BENCHMARKS.md session 27). NumPy's draws stay float64: host-judged kernels keep the
-    inputs they always had."""
+    float64: half the bytes drawn and converted. On resnet50's batch-norm kernels it cut the
+    input sets' time by 18 % (H200, BENCHMARKS.md session 27; the rest was a generator made
+    per set, see ``input_sets._DeviceDraws``). NumPy's draws stay float64: host-judged
+    kernels keep the inputs they always had."""
     if encoding is not None or (dtype.kind == "f" and dtype.itemsize <= 4):
         return {"dtype": np.float32}
     return {}
