@@ -44,3 +44,22 @@ def test_not_a_store_and_an_empty_one_say_so(tmp_path, capsys):
         pass
     assert worker_time.main([str(tmp_path / "e.sqlite")]) == 1
     assert "no measurements" in capsys.readouterr().out
+
+
+def test_busy_bins_spread_each_measurement_over_the_seconds_it_covers():
+    # (end, seconds): 0-4 s on one worker, 3-8 s on another, 12-13 s; two GPUs, 5 s bins
+    bins = worker_time.busy_bins([(4.0, 4.0), (8.0, 5.0), (13.0, 1.0)], gpus=2)
+    assert bins == [(4 + 2) / 10, 3 / 10, 1 / 10]
+    assert worker_time.busy_bins([], gpus=1) == []
+
+
+def test_the_whole_store_by_phase(tmp_path, capsys):
+    path = str(tmp_path / "s.sqlite")
+    with Store(path) as store:
+        _put(store, "gelu@8M", "base", 0.5, {"check > inputs drawn": 0.4, "timing": 0.1})
+        _put(store, "relu@4M", "v1", 0.25, {"check > inputs drawn": 0.1, "timing": 0.15})
+    assert worker_time.main([path, "--whole", "--gpus", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("2 measurements, 0.8 s of the worker, window ") and out[0].endswith(" on 2 GPU(s)")
+    assert out[4:6] == ["| check > inputs drawn | 0.50 |", "| timing | 0.25 |"]
+    assert out[-1].startswith("workers busy per 5 s: ")
