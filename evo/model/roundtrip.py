@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 from evo.model.examples import TRANSFORMERS
+from harness.phases import Phases
 
 CHECKS, TIMED = 3, 10  # each kernel's launches checked, then timed per code, in the model
 
@@ -65,37 +65,37 @@ def main(argv=None) -> int:
     except ModuleNotFoundError as err:  # torch, torchvision or transformers missing here
         parser.exit(2, f"evo.model.roundtrip: the model needs {err.name}, which is not "
                        f"installed here (pip install {err.name})\n")
-    job = _Steps()
-    evo.capture(step, *inputs, out=out / "capture")
-    job.done("capture")
+    job = Phases()  # the wall seconds of the job's steps
+    with job("capture"):
+        evo.capture(step, *inputs, out=out / "capture")
     manifest = read(out / "capture")
     if host := waits_on_host(manifest):  # said now, not after the whole job
         print(f"capture: {host}", flush=True)
     kernels = manifest["kernels"][:args.top] if args.top else manifest["kernels"]
-    results = evo.evolve([k["kernel_spec"] for k in kernels], generations=args.generations,
-                         pop=args.pop, backend="gpu", out=str(out / "run"),
-                         store=str(out / "store.sqlite"), **gpus)
-    job.done("evolve")
+    with job("evolve"):
+        results = evo.evolve([k["kernel_spec"] for k in kernels], generations=args.generations,
+                             pop=args.pop, backend="gpu", out=str(out / "run"),
+                             store=str(out / "store.sqlite"), **gpus)
     choices = plan(out / "capture", out / "run", verified=False)
     specs = {k["source"]["kernel"]: k["kernel_spec"] for k in manifest["kernels"]}
     # each kernel checked on the model's data, then timed there, both codes in turn; as
     # after `evo verify`, a kernel that differed there or ran slower is then left out
-    with ProgramCheck(choices, specs, checks=CHECKS, timed=TIMED) as check:
+    with (job("checked in the model"),
+          ProgramCheck(choices, specs, checks=CHECKS, timed=TIMED) as check):
         for _ in range(CHECKS + 2 * TIMED):
             step(*inputs)
     keep_verdicts(out / "run", ["evo.model.roundtrip"],
                   kernel_verdicts(check, [c for c in choices if c.cubin is not None]))
-    job.done("checked in the model")
     choices = plan(out / "capture", out / "run")
-    with Installed(choices) as installed:
+    with job("install and verify"), Installed(choices) as installed:
         verdict = verify(step, inputs, installed, repeats=args.repeats)
-    job.done("install and verify")
     verdict["checks"], verdict["in_model"] = check.results, check.times_us()
     text = report(verdict, manifest, choices, results)
     print(text)
-    print(job.line(args.gpus), flush=True)
+    job_seconds = {name: round(s, 1) for name, s in job.seconds.items()}
+    print(_job_line(job_seconds, args.gpus), flush=True)
     (out / "report.json").write_text(json.dumps({
-        "verdict": verdict, "model": vars(args), "job_seconds": job.seconds,
+        "verdict": verdict, "model": vars(args), "job_seconds": job_seconds,
         "kernels": [{"name": c.name, "installed": c.cubin is not None, "reason": c.reason,
                      "genome": c.genome} for c in choices],
         "results": [str(r) for r in results]}, indent=1) + "\n")
@@ -103,21 +103,12 @@ def main(argv=None) -> int:
     return 0 if verdict["outputs_agree"] and kernels_agree else 1
 
 
-class _Steps:
-    """Wall seconds of the job's steps, in order (the model's own building not counted)."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def done(self, step: str) -> None:
-        now = time.perf_counter()
-        self.seconds[step], self._last = round(now - self._last, 1), now
-
-    def line(self, gpus: str) -> str:
-        steps = ", ".join(f"{step} {s:.1f} s" for step, s in self.seconds.items())
-        return (f"the job: {sum(self.seconds.values()):.1f} s ({steps}; searches on "
-                f"{'GPUs ' + gpus if gpus else 'the default GPUs'})")
+def _job_line(seconds: dict[str, float], gpus: str) -> str:
+    """"the job: T s (step s, ...; searches on ...)": the job's steps in order (the model's
+    own building not counted) and their sum."""
+    steps = ", ".join(f"{step} {s:.1f} s" for step, s in seconds.items())
+    return (f"the job: {sum(seconds.values()):.1f} s ({steps}; searches on "
+            f"{'GPUs ' + gpus if gpus else 'the default GPUs'})")
 
 
 def _model(args, examples):
