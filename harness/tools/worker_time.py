@@ -24,14 +24,19 @@ import json
 import sqlite3
 
 
+def _rows(path: str, columns: str) -> list[tuple]:
+    """``columns`` of every measurement in the store at ``path``, opened read-only."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return db.execute(f"SELECT {columns} FROM measurements").fetchall()
+    finally:
+        db.close()
+
+
 def worker_time(path: str, kernels: list[str] | None = None) -> dict:
     """{kernel: {"n": measurements, "seconds": their sum, "slowest": the largest one,
     "phases": Counter of seconds by phase}} from the store at ``path``."""
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        rows = db.execute("SELECT kernel, seconds, notes FROM measurements").fetchall()
-    finally:
-        db.close()
+    rows = _rows(path, "kernel, seconds, notes")
     out: dict = {}
     for kernel, seconds, notes in rows:
         if kernels and kernel not in kernels:
@@ -64,11 +69,7 @@ def busy_bins(spans: list[tuple[float, float]], gpus: int, bin_s: float = 5.0) -
 
 def whole(path: str, gpus: int = 1, top: int = 12) -> list[str]:
     """The whole store's worker seconds by phase and its workers' busy share over time."""
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        rows = db.execute("SELECT created, seconds, notes FROM measurements").fetchall()
-    finally:
-        db.close()
+    rows = _rows(path, "created, seconds, notes")
     phases: collections.Counter = collections.Counter()
     for _, _, notes in rows:
         phases.update((json.loads(notes or "{}").get("phases") or {}))
