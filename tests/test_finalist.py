@@ -8,11 +8,13 @@ tests/test_cheats_gpu.py.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,7 @@ import cheats
 from harness.gpu import finalist
 from harness.gpu.finalist import (DRIVER_OK, MEMCHECK, NOT_RUN, RACECHECK, UNSAFE_NC, check_finalist,
                                   parse_sanitizer, uses_shared_memory)
+from harness.gpu.finalist_driver import STEPS
 from harness.kernels.suite import find_kernel
 
 from conftest import needs_ptxas
@@ -222,13 +225,16 @@ def test_runs_with_equal_digests_are_equal_without_loading_their_outputs(tmp_pat
     y = np.arange(8, dtype=np.float32)
     a, b = tmp_path / "a.npz", tmp_path / "b.npz"
     for path in (a, b):  # digests only: were the outputs loaded, np.load would raise
-        Path(digest_path(path)).write_text(outputs_digest(spec, {"y": y}))
+        Path(digest_path(path)).write_text(json.dumps(outputs_digest(spec, {"y": y})))
     assert finalist._compare_runs(spec, a, b, 1) == ""
     z = y.copy()
     z[3] += 1
+    Path(digest_path(b)).write_text(json.dumps(outputs_digest(spec, {"y": z})))
+    why = finalist._compare_runs(spec, a, b, 1)  # no outputs saved: the digests say which
+    assert why == ("not deterministic: y differ bitwise between two runs on the same inputs "
+                   "(seed 1; compared by sha256)")
     np.savez(a, y=y)
     np.savez(b, y=z)
-    Path(digest_path(b)).write_text(outputs_digest(spec, {"y": z}))
     why = finalist._compare_runs(spec, a, b, 1)  # digests differ: the outputs say where
     assert why.startswith("not deterministic: 1 of 8 elements of y differ bitwise") and "y[3]" in why
 
@@ -413,8 +419,35 @@ def test_the_gpu_is_held_only_once_every_process_is_ready(fake_gpu, monkeypatch)
     spec = find_kernel("relu")
     result = check_finalist(spec, spec.ptx_text(), sanitizer=fake_gpu, turn=turn)
     assert result.ok, (result.reason, result.details)
-    assert seen == {"turns": 1, "ready_at_go": [True, True, True]}  # memcheck and two runs
+    assert seen == {"turns": 1, "ready_at_go": [True, True]}  # memcheck and a plain run
     assert result.details["gpu_held_s"] >= 0
+    for name in (MEMCHECK, "run"):  # when each driver's steps ended, from the check's start
+        steps = result.details["steps"][name]
+        assert 0 < steps["imported"] <= steps["ready"] <= steps["turn"] <= steps["read"] <= steps["saved"]
+
+
+@needs_ptxas
+def test_large_outputs_are_compared_by_digest_alone(fake_gpu, monkeypatch, tmp_path):
+    """Outputs of SAVED_OUTPUTS_BYTES and up are not written, only their sha256: the
+    verdict is the same, the reason names the output instead of an element."""
+    monkeypatch.setattr(finalist, "SAVED_OUTPUTS_BYTES", 0)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the check's files go
+    saved = []
+    real = finalist._compare_runs
+
+    def watched(spec, first, second, *args):
+        saved.extend(p.name for p in tmp_path.rglob("*.npz"))
+        return real(spec, first, second, *args)
+
+    monkeypatch.setattr(finalist, "_compare_runs", watched)
+    spec = find_kernel("relu")
+    assert check_finalist(spec, spec.ptx_text(), sanitizer=fake_gpu).ok
+    monkeypatch.setenv("FAKE_KERNEL", "noisy")
+    result = check_finalist(spec, spec.ptx_text(), sanitizer=fake_gpu)
+    assert not result.ok and result.reason == (
+        "not deterministic: y differ bitwise between two runs on the same inputs (seed 1; "
+        "compared by sha256)"), result.reason
+    assert saved == []
 
 
 def test_a_process_that_ends_before_its_turn_is_reported_not_waited_for(tmp_path):
@@ -481,8 +514,16 @@ def test_the_driver_makes_its_contexts_before_it_is_ready_and_runs_on_the_turns_
 
     done = _fake_driver(tmp_path, "--devices", "0,1", "--out", str(tmp_path / "o.npz"), turn="1\n")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines() == ["fake cupy: device 0 in use", "fake cupy: device 1 in use",
-                                        READY, "fake cupy: device 1 in use", GPU_DONE, DRIVER_OK]
+    lines = done.stdout.splitlines()
+    assert lines[:5] + lines[6:] == ["fake cupy: device 0 in use", "fake cupy: device 1 in use",
+                                     READY, "fake cupy: device 1 in use", GPU_DONE, DRIVER_OK]
+    assert lines[5].startswith(STEPS)  # when each step ended, in order
+    steps = json.loads(lines[5].removeprefix(STEPS))
+    assert list(steps) == ["started", "imported", "ready", "turn", "filled", "launched", "read", "saved"]
+    assert list(steps.values()) == sorted(steps.values())
+    assert (tmp_path / "o.npz").is_file() and json.loads(Path(f"{tmp_path / 'o.npz'}.sha256").read_text())
+    _fake_driver(tmp_path, "--out", str(tmp_path / "d.npz"), "--digest-only", turn="\n")
+    assert not (tmp_path / "d.npz").exists() and Path(f"{tmp_path / 'd.npz'}.sha256").is_file()
     done = _fake_driver(tmp_path, "--devices", "1", turn="\n")  # None: the default device
     assert done.stdout.splitlines()[2] == "fake cupy: device 0 in use"
 
@@ -495,3 +536,19 @@ def test_a_driver_whose_caller_gives_no_turn_ends_with_a_setup_error(tmp_path):
 
     assert done.stdout.splitlines() == [READY, "evo-finalist-driver: setup error: EOFError: the "
                                         "caller ended without giving a GPU turn"]
+
+
+@needs_ptxas
+def test_the_bench_of_checks_at_once_times_each_drivers_steps(fake_gpu, monkeypatch, tmp_path, capsys):
+    from harness.tools import bench_finalist
+
+    monkeypatch.setenv("EVO_COMPUTE_SANITIZER", fake_gpu)
+    spec = find_kernel("relu").spec_path
+    assert bench_finalist.main([str(spec), str(spec), "--gpus", "0,1", "--out", str(tmp_path / "b.json")]) == 0
+    checks = json.loads((tmp_path / "b.json").read_text())["checks"]
+    assert [c["gpu"] for c in checks] == [0, 1] and {c["reason"] for c in checks} == {"ok"}
+    rows = bench_finalist.step_table(checks)
+    assert [(name, step) for name, step, *_ in rows][:3] == [
+        (MEMCHECK, "started"), (MEMCHECK, "imported"), (MEMCHECK, "ready")]
+    assert all(low <= mid <= high for *_, low, mid, high in rows) and len(rows) == 16
+    assert "2 checks at once on GPUs 0,1" in capsys.readouterr().out

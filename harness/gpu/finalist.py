@@ -15,10 +15,13 @@ result that changes from run to run. ``check_finalist(spec, ptx, launch)`` runs 
    ``--padding`` keeps neighbouring allocations apart;
 3. **racecheck**: the same under ``--tool racecheck`` (skipped when the kernel uses no
    shared memory: racecheck checks nothing else);
-4. **determinism**: two plain launches in two processes on the same inputs, whose outputs
-   must be bitwise identical; within the spec's tolerance where the baseline itself adds
-   floats atomically (an embedding's backward, a split reduction: the order of the
-   additions, so the last bits of each sum, change from run to run in the baseline too).
+4. **determinism**: the memcheck launch's outputs and a plain launch's in another process,
+   on the same inputs, must be bitwise identical (the sanitizer changes the kernel's timing,
+   never its arithmetic; a third process for a second plain run cost every check its start
+   and its copies: sixteen checks run at once at the end of a model's searches); within
+   the spec's tolerance where the baseline itself adds floats atomically (an embedding's
+   backward, a split reduction: the order of the additions, so the last bits of each sum,
+   change from run to run in the baseline too).
 
 The result says ``ok`` only when every step ran and passed. Where compute-sanitizer is
 missing, or cannot check on this machine (gVisor GPU machines refuse it: "Device not
@@ -37,6 +40,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +67,10 @@ for a model's kernels) then run without its instrumentation; API errors are stil
 Sixteen checks of resnet50's kernels at once: 23.4 -> 19.6 s (BENCHMARKS.md, session 23)."""
 DRIVER_OK = "evo-finalist-driver: ok"
 """The line the driver prints after a launch that synchronized without a CUDA error."""
+SAVED_OUTPUTS_BYTES = 64 << 20
+"""Outputs this large and up are compared by their sha256 alone where they must be bitwise
+equal (``--digest-only``): a failure then names the outputs that differ, not the first
+differing element, and the check writes no copy of hundreds of MB per run."""
 
 
 @dataclass
@@ -205,14 +213,12 @@ def _driver_error(text: str) -> str:
 # ---------------------------------------------------------------------- running
 
 
-def _driver_cmd(cubin: Path, spec_path: Path, launch, seed: int, out: Path | None = None,
+def _driver_cmd(cubin: Path, spec_path: Path, launch, seed: int,
                 devices: tuple[int, ...] = ()) -> list[str]:
     cmd = [sys.executable, "-m", "harness.gpu.finalist_driver", str(cubin), str(spec_path),
            "--seed", str(seed), "--wait-turn", "--devices", ",".join(map(str, devices))]
     if launch is not None:
         cmd += ["--launch", json.dumps(launch.to_json())]
-    if out is not None:
-        cmd += ["--out", str(out)]
     return cmd
 
 
@@ -236,10 +242,14 @@ def _compare_runs(spec, first: Path, second: Path, seed: int, ordered: bool = Tr
     from harness.gpu import gate
     from harness.gpu.finalist_driver import digest_path
 
-    digests = [Path(digest_path(f)).read_text() if Path(digest_path(f)).is_file() else None
-               for f in (first, second)]
+    digests = [json.loads(Path(digest_path(f)).read_text())
+               if Path(digest_path(f)).is_file() else None for f in (first, second)]
     if digests[0] is not None and digests[0] == digests[1]:
         return ""  # bitwise equal: the outputs (a resnet layer's are 200 MB) stay unread
+    if ordered and None not in digests and not (first.is_file() and second.is_file()):
+        differ = [name for name in digests[0] if digests[0][name] != digests[1].get(name)]
+        return (f"{NONDETERMINISTIC}: {', '.join(differ)} differ bitwise between two runs on "
+                f"the same inputs (seed {seed}; compared by sha256)")
     a, b = np.load(first), np.load(second)
     if not ordered:
         same, why = gate.compare({k: a[k] for k in a.files}, {k: b[k] for k in b.files}, spec)
@@ -295,20 +305,25 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
                            *(arg.format(entry=entry) for arg in KERNEL_FILTER),
                            *_driver_cmd(cubin, spec_path, launch, seed, devices=devices)]
                     for tool in tools}
-        outs = [Path(tmp, f"run{i}.npz") for i in (1, 2)]
-        commands.update({out.stem: _driver_cmd(cubin, spec_path, launch, seed, out, devices)
-                         for out in outs})
+        # the memcheck launch is the determinism check's first run, a plain one its second
+        ordered = not adds_floats_atomically(spec.ptx_text())
+        digest_only = ordered and sum(p.nbytes for p in spec.outputs()) >= SAVED_OUTPUTS_BYTES
+        outs = {MEMCHECK: Path(tmp, "memcheck.npz"), "run": Path(tmp, "run.npz")}
+        commands["run"] = _driver_cmd(cubin, spec_path, launch, seed, devices=devices)
+        for name, out in outs.items():
+            commands[name] += ["--out", str(out), *(["--digest-only"] if digest_only else [])]
         # The runs are independent processes: all at once, read in the docstring's order.
         # Each needs ~1 s to start Python and CuPy (more under the sanitizer) before it
         # touches the GPU: they start first, and the GPU is held only once all are ready.
+        began = time.time()
         runs, held = run_when_ready(commands, timeout_s, ROOT, checkout_env(),
                                     turn or (lambda: contextlib.nullcontext(gpu)))
         details["gpu_held_s"] = round(held, 2)
+        details["steps"] = {name: _steps(runs[name][1], began) for name in commands}
         failed = _first_failure(tools, commands, runs, details)
         if failed is not None:
             return failed
-        ordered = not adds_floats_atomically(spec.ptx_text())
-        differ = _compare_runs(spec, *outs, seed, ordered)
+        differ = _compare_runs(spec, *outs.values(), seed, ordered)
         details["determinism"] = differ or (
             f"two runs bitwise identical (seed {seed})" if ordered else
             f"two runs within the tolerance (seed {seed}; the baseline adds floats atomically)")
@@ -317,10 +332,21 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
     return FinalistResult(True, OK, details)
 
 
+def _steps(text: str, began: float) -> dict:
+    """A driver's ``STEPS`` line as seconds since the check began (its processes started):
+    where a check's time went ({} where the driver printed none)."""
+    from harness.gpu.finalist_driver import STEPS
+
+    m = re.search(re.escape(STEPS) + r" (\{[^\n]*?\})", text)
+    if m is None:
+        return {}
+    return {step: round(when - began, 2) for step, when in json.loads(m.group(1)).items()}
+
+
 def _first_failure(tools: list[str], commands: dict, runs: dict,
                    details: dict) -> FinalistResult | None:
     """The first check of ``runs`` (``ready_runs.run_when_ready``'s) that failed or could not run, in
-    the order sanitizer tools, then the two determinism runs; None when all passed."""
+    the order sanitizer tools, then the plain run; None when all passed."""
     for tool in tools:
         code, text, seconds = runs[tool]
         verdict, facts = parse_sanitizer(tool, text, code)

@@ -1,7 +1,8 @@
 """Launch one cubin once, for compute-sanitizer: ``harness.gpu.finalist`` runs it as
 
     compute-sanitizer --tool memcheck python3 -m harness.gpu.finalist_driver CUBIN SPEC.toml \\
-        [--launch '{"grid": [...], "block": [...]}'] [--seed N] [--out outputs.npz] [--wait-turn]
+        [--launch '{"grid": [...], "block": [...]}'] [--seed N] [--out outputs.npz [--digest-only]]
+        [--wait-turn]
 
 It loads the cubin with CuPy, fills the inputs with
 ``harness.gpu.input_sets.make_inputs(spec, seed)`` (outputs with the gate's poison; drawn on
@@ -11,9 +12,12 @@ on an H200), gives every buffer its own ``cudaMalloc`` of exactly its size (no c
 shared arena: memcheck only sees an access as out of bounds when it leaves every
 allocation), launches once with the spec's grid and block or ``--launch``'s, and
 synchronizes. On success it prints ``DRIVER_OK`` and, with ``--out``, saves every output
-buffer (by param name) to an ``.npz`` for the determinism check, with their sha256 beside
-it (``OUT.sha256``). Exit codes: 0 ok, 2 a CUDA error in the launch (printed as
-``evo-finalist-driver: launch error: ...``), 3 bad arguments or a setup failure.
+buffer (by param name) to an ``.npz`` for the determinism check, with each one's sha256
+beside it (``OUT.sha256``, JSON); ``--digest-only`` writes the digests alone (a resnet50
+layer's outputs are 200 MB: sixteen checks at once wrote gigabytes that only a failed
+check reads). It also prints ``STEPS``: when each of its steps ended (seconds since the
+epoch), for the caller's timing of a check. Exit codes: 0 ok, 2 a CUDA error in the launch
+(printed as ``evo-finalist-driver: launch error: ...``), 3 bad arguments or a setup failure.
 """
 
 from __future__ import annotations
@@ -22,12 +26,19 @@ import argparse
 import hashlib
 import json
 import sys
+import time
 
-import numpy as np
+_STARTED = time.time()  # before NumPy's import: the steps below count from here
 
-from harness.gpu.finalist import DRIVER_OK
+import numpy as np  # noqa: E402
+
+from harness.gpu.finalist import DRIVER_OK  # noqa: E402
 
 _PREFIX = "evo-finalist-driver:"
+STEPS = "evo-finalist-steps:"
+"""The line's prefix that gives the driver's steps: JSON of step -> when it ended
+(``time.time()``): imported, ready (host work and contexts done), turn (the GPU given),
+filled, launched, read (outputs on the host), saved."""
 
 
 def _allocate(cp, nbytes: int, owners: list):
@@ -39,14 +50,11 @@ def _allocate(cp, nbytes: int, owners: list):
     return cp.ndarray((nbytes,), cp.uint8, cp.cuda.MemoryPointer(memory, 0))
 
 
-def outputs_digest(spec, outputs: dict) -> str:
-    """sha256 over the output buffers' bytes in param order: two runs whose digests agree
-    are bitwise equal, and the caller need not load hundreds of MB to see it."""
-    digest = hashlib.sha256()
-    for p in spec.outputs():
-        digest.update(p.name.encode() + b"\0")
-        digest.update(np.ascontiguousarray(outputs[p.name]).view(np.uint8).data)
-    return digest.hexdigest()
+def outputs_digest(spec, outputs: dict) -> dict[str, str]:
+    """Each output buffer's sha256 by param name: two runs whose digests agree are bitwise
+    equal, and the caller need not load hundreds of MB to see it."""
+    return {p.name: hashlib.sha256(np.ascontiguousarray(outputs[p.name]).view(np.uint8).data)
+            .hexdigest() for p in spec.outputs()}
 
 
 def digest_path(out) -> str:
@@ -55,7 +63,8 @@ def digest_path(out) -> str:
 
 
 def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
-        out: str | None, wait_turn: bool = False, devices: tuple[int, ...] = ()) -> int:
+        out: str | None, wait_turn: bool = False, devices: tuple[int, ...] = (),
+        digest_only: bool = False) -> int:
     """Load, fill, launch once, synchronize; see the module docstring for the exit codes.
     ``wait_turn``: the host's work first, then wait for the caller's GPU turn
     (``harness.gpu.ready_runs``); ``devices``: the GPUs the turn may give, whose CUDA
@@ -67,6 +76,7 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
     from harness.gpu.runner import DEVICE_CHECK_BYTES, allow_shared
     from harness.kernels.spec import load_spec
 
+    steps = {"started": _STARTED}
     try:
         spec = load_spec(spec_path)
         launch = Launch.from_json(json.loads(launch_json)) if launch_json else spec.launch
@@ -74,6 +84,7 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
             cubin = f.read()
         import cupy as cp
 
+        steps["imported"] = time.time()
         xp = cp if sum(p.nbytes for p in spec.buffers()) >= DEVICE_CHECK_BYTES else np
         inputs = input_sets.make_inputs(spec, seed) if xp is np else None  # host work first
         if wait_turn:  # the host's work is done: the GPU from here on, in the caller's turn
@@ -81,7 +92,9 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
             for device in devices:  # a context is made without running anything on a GPU
                 cp.cuda.Device(device).use()
                 cp.cuda.runtime.free(0)
+            steps["ready"] = time.time()
             gpu = wait_for_turn()
+            steps["turn"] = time.time()
             if gpu is not None or devices:  # None: the default device, the process's first
                 cp.cuda.Device(gpu or 0).use()
         module = cp.cuda.function.Module()
@@ -102,14 +115,17 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
         args = tuple(bufs[p.name] if p.kind == "buffer" else spec.numpy_dtype(p.dtype).type(p.value)
                      for p in spec.params)
         cp.cuda.runtime.deviceSynchronize()
+        steps["filled"] = time.time()
     except Exception as err:  # no GPU, a bad spec or cubin, no turn given: not the kernel's doing
         print(f"{_PREFIX} setup error: {type(err).__name__}: {err}", flush=True)
         return 3
     try:
         fn(launch.grid, launch.block, args, shared_mem=spec.shared_mem)
         cp.cuda.runtime.deviceSynchronize()
+        steps["launched"] = time.time()
         outputs = {p.name: bufs[p.name].get().view(spec.numpy_dtype(p.dtype))
                    for p in spec.outputs()}
+        steps["read"] = time.time()
         if wait_turn:  # the outputs are on the host: the caller's turn may end
             done_with_gpu()
     except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as err:
@@ -119,9 +135,12 @@ def run(cubin_path: str, spec_path: str, launch_json: str | None, seed: int,
         print(f"{_PREFIX} setup error: {type(err).__name__}: {err}", flush=True)
         return 3
     if out:
-        np.savez(out, **outputs)
+        if not digest_only:
+            np.savez(out, **outputs)
         with open(digest_path(out), "w") as f:
-            f.write(outputs_digest(spec, outputs))
+            json.dump(outputs_digest(spec, outputs), f)
+        steps["saved"] = time.time()
+    print(STEPS, json.dumps(steps), flush=True)
     print(DRIVER_OK, flush=True)
     for ptr in owners:
         cp.cuda.runtime.free(ptr)
@@ -135,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("spec", help="the kernel's spec (.toml)")
     parser.add_argument("--launch", help='JSON: {"grid": [x, y, z], "block": [x, y, z]}')
     parser.add_argument("--seed", type=int, default=1, help="input seed (input_sets.make_inputs)")
-    parser.add_argument("--out", help="save the outputs here (.npz)")
+    parser.add_argument("--out", help="save the outputs here (.npz) and their sha256 (OUT.sha256)")
+    parser.add_argument("--digest-only", action="store_true",
+                        help="with --out: write the outputs' sha256 alone, not the outputs")
     parser.add_argument("--wait-turn", action="store_true",
                         help="after the host's work, print a ready line and read the GPU's "
                              "ordinal from stdin (an empty line: the default GPU) before using it")
@@ -144,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                              "whose contexts are made before the ready line")
     args = parser.parse_args(argv)
     devices = tuple(int(d) for d in args.devices.split(",") if d.strip())
-    return run(args.cubin, args.spec, args.launch, args.seed, args.out, args.wait_turn, devices)
+    return run(args.cubin, args.spec, args.launch, args.seed, args.out, args.wait_turn, devices,
+               args.digest_only)
 
 
 if __name__ == "__main__":
