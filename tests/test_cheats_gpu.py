@@ -134,6 +134,26 @@ def test_a_clean_kernel_passes_the_finalist_check(kernel):
     assert r.details["determinism"].startswith("two runs bitwise identical"), r.details
 
 
+def test_a_check_booked_on_one_gpu_runs_there_alone_and_still_catches_a_cheat():
+    """As ``evo run`` books it: the processes see the booked GPU alone (its ordinal 0
+    there, ``CUDA_VISIBLE_DEVICES`` named from this process's own), with contexts made
+    before the turn; memcheck still finds an out-of-bounds read and a clean kernel passes."""
+    import contextlib
+
+    import cupy
+
+    last = cupy.cuda.runtime.getDeviceCount() - 1
+    booked = {"devices": (last,), "turn": lambda: contextlib.nullcontext(last)}
+    spec = find_kernel("relu")
+    clean = check_finalist(spec, spec.ptx_text(), **booked)
+    if not clean.ran:
+        pytest.skip(f"finalist check not run here: {clean.reason}")
+    assert clean.ok, f"clean relu on GPU {last} FAILED: {clean.reason}; details {clean.details}"
+    spec, ptx, launch, label = variant(BY_NAME["out-of-bounds read"])
+    r = check_finalist(spec, ptx, launch, **booked)
+    assert not r.ok and r.reason.startswith(MEMCHECK), f"{label} on GPU {last}: {r.reason!r}"
+
+
 def test_the_determinism_step_sees_a_clock_dependent_result():
     spec, ptx, launch, label = variant(BY_NAME["%clock"])
     r = check_finalist(spec, ptx, launch)

@@ -552,3 +552,47 @@ def test_the_bench_of_checks_at_once_times_each_drivers_steps(fake_gpu, monkeypa
         (MEMCHECK, "started"), (MEMCHECK, "imported"), (MEMCHECK, "ready")]
     assert all(low <= mid <= high for *_, low, mid, high in rows) and len(rows) == 16
     assert "2 checks at once on GPUs 0,1" in capsys.readouterr().out
+
+
+def test_a_started_process_is_shown_one_gpu_by_this_processes_name_for_it(monkeypatch):
+    from harness.gpu.ready_runs import visible_as
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert visible_as(3) == "3" and visible_as(-1) is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5, 7")  # this process's 1 is the machine's 7
+    assert visible_as(1) == "7" and visible_as(0) == "5" and visible_as(2) is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aa,GPU-bb")
+    assert visible_as(1) == "GPU-bb"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU at all: nothing to name
+    assert visible_as(0) is None
+
+
+@needs_ptxas
+def test_the_checks_processes_see_its_gpu_alone(fake_gpu, monkeypatch):
+    """A check booked on one GPU starts its processes with that GPU alone visible (CUDA
+    starts on it and no other), as their device 0; a turn on another GPU is refused."""
+    seen = {}
+    real = finalist.run_when_ready
+
+    def watched(commands, timeout_s, cwd, env, turn):
+        seen["visible"] = env.get("CUDA_VISIBLE_DEVICES")
+        seen["devices"] = [cmd[cmd.index("--devices") + 1] for cmd in commands.values()]
+        runs, held = real(commands, timeout_s, cwd, env, turn)
+        seen["used"] = sorted({line for _, text, _ in runs.values() for line in text.splitlines()
+                               if line.startswith("fake cupy")})
+        return runs, held
+
+    monkeypatch.setattr(finalist, "run_when_ready", watched)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    spec = find_kernel("relu")
+    result = check_finalist(spec, spec.ptx_text(), sanitizer=fake_gpu, devices=(1,),
+                            turn=lambda: contextlib.nullcontext(1))
+    assert result.ok, (result.reason, result.details)
+    assert seen == {"visible": "6", "devices": ["0", "0"], "used": ["fake cupy: device 0 in use"]}
+    with pytest.raises(RuntimeError, match="turn gave GPU 0; its processes see GPU 1 alone"):
+        check_finalist(spec, spec.ptx_text(), sanitizer=fake_gpu, devices=(1,),
+                       turn=lambda: contextlib.nullcontext(0))
+    seen.clear()
+    assert check_finalist(spec, spec.ptx_text(), sanitizer=fake_gpu, devices=(0, 1),
+                          turn=lambda: contextlib.nullcontext(1)).ok  # two GPUs: both seen
+    assert seen["visible"] == "4,6" and seen["devices"] == ["0,1", "0,1"]

@@ -33,6 +33,7 @@ silent pass.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import json
 import os
@@ -46,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.gpu.ready_runs import ROOT, checkout_env, run_when_ready
+from harness.gpu.ready_runs import ROOT, checkout_env, run_when_ready, visible_as
 
 OK = "ok"
 NOT_RUN = "not run"
@@ -273,12 +274,18 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
     ``launch`` (None: the spec's) on device ``gpu`` (None: the default one), or where
     ``turn`` is given, on the device its turn gives (a context manager factory, such as
     ``evo.driver.GpuTurns.checks``: taken only once the processes are ready; ``devices``:
-    those it may give, or ``gpu``, whose contexts the processes make before); never
-    raises for what the variant does."""
+    those it may give, or ``gpu``, whose contexts the processes make before; where that is
+    one GPU, the processes see it alone, ``ready_runs.visible_as``); never raises for
+    what the variant does."""
     from harness.compile import compile_ptx
     from harness.kernels.spec_write import spec_file
 
     devices = devices or ((gpu,) if gpu is not None and turn is None else ())
+    env, turn = checkout_env(), turn or (lambda: contextlib.nullcontext(gpu))
+    only = visible_as(devices[0]) if len(devices) == 1 else None
+    if only is not None:  # its processes see its GPU alone, as their ordinal 0
+        env["CUDA_VISIBLE_DEVICES"] = only
+        turn, devices = functools.partial(_seen_as_first, turn, devices[0]), (0,)
     details: dict = {}
     unsafe = unsafe_nc_loads(ptx)
     details[STATIC] = unsafe or "no .nc load of a written buffer"
@@ -316,8 +323,7 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
         # Each needs ~1 s to start Python and CuPy (more under the sanitizer) before it
         # touches the GPU: they start first, and the GPU is held only once all are ready.
         began = time.time()
-        runs, held = run_when_ready(commands, timeout_s, ROOT, checkout_env(),
-                                    turn or (lambda: contextlib.nullcontext(gpu)))
+        runs, held = run_when_ready(commands, timeout_s, ROOT, env, turn)
         details["gpu_held_s"] = round(held, 2)
         details["steps"] = {name: _steps(runs[name][1], began) for name in commands}
         failed = _first_failure(tools, commands, runs, details)
@@ -330,6 +336,17 @@ def check_finalist(spec, ptx: str, launch=None, *, sanitizer: str | None = None,
         if differ:
             return FinalistResult(False, differ, details)
     return FinalistResult(True, OK, details)
+
+
+@contextlib.contextmanager
+def _seen_as_first(turn, device: int):
+    """``turn`` for processes that see this process's GPU ``device`` alone (their ordinal
+    0); a turn on any other GPU is a caller's bug, never run on the wrong GPU."""
+    with turn() as given:
+        if given not in (device, None):  # None: the default device, here the one booked
+            raise RuntimeError(f"the check's turn gave GPU {given}; its processes see GPU "
+                               f"{device} alone")
+        yield 0
 
 
 def _steps(text: str, began: float) -> dict:

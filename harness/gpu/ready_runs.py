@@ -37,6 +37,21 @@ def checkout_env() -> dict:
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
 
 
+def visible_as(device: int) -> str | None:
+    """The ``CUDA_VISIBLE_DEVICES`` value that shows a started process this process's GPU
+    ``device`` and no other (there it is ordinal 0), or None where this process's own
+    value does not name it. A process that sees one GPU starts CUDA on that one alone,
+    with no driver state on the others. What it saves is small: sixteen finalist checks
+    at once on two H200s took 12.6 and 10.8 s seeing both GPUs, 10.6 and 10.3 s seeing
+    one; their time goes to thirty-two CUDA contexts made at once, however many GPUs
+    each sees (BENCHMARKS.md, session 28)."""
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if seen is None:
+        return str(device) if device >= 0 else None
+    entries = [e.strip() for e in seen.split(",")]
+    return entries[device] if 0 <= device < len(entries) and entries[device] else None
+
+
 READY = "evo-ready-for-a-gpu"
 """The line a process prints when all it does before touching the GPU is done."""
 GPU_DONE = "evo-done-with-the-gpu"
