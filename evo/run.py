@@ -6,6 +6,7 @@ This module wires the parts together; the search itself is ``evo.search``, the r
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import json
 import signal
@@ -100,6 +101,15 @@ def start_and_execute(config: Config, out: Path | None, verbosity: int, argv: li
         raise
 
 
+def _begun(work, *args) -> concurrent.futures.Future:
+    """``work(*args)`` begun in a thread of its own; its result (or error) from the future."""
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        return pool.submit(work, *args)
+    finally:
+        pool.shutdown(wait=False)
+
+
 def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -> list:
     """Search every kernel; write best kernels, report; return the per-kernel results."""
     started = (time.perf_counter(), time.process_time())  # report.md: how busy evo itself was
@@ -114,6 +124,10 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     store = Store(config.run.store)
     priors = (learn_source.open_source(config.run.priors, store, config.run.store)
               if config.run.strategy == "evolve" else None)  # only evolve uses priors
+    # The features of the kernels that get a prior (ptxas, cuobjdump: seconds for a
+    # model's kernels) are computed while the backend starts its GPU workers (seconds too)
+    warmed = _begun(priors.warm, [s for s in kernels if s.name not in checkpoint.get(
+        PRIORS, {})]) if priors is not None else None
     backend = make_backend(config.run.backend, store=store, gpus=config.run.gpus,
                            cluster=config.cluster.address,
                            cluster_compile=config.cluster.compile,
@@ -150,8 +164,8 @@ def execute(run: RunDir, config: Config, checkpoint: dict, verbosity: int = 1) -
     # it nor, after a resume, on what the store learned in the meantime.
     ledgers = {spec.name: KernelLedger(spec.name, checkpoint, write, lock, encoded)
                for spec in kernels}
-    if priors is not None:  # their features at once (ptxas, cuobjdump), not one by one
-        priors.warm([s for s in kernels if s.name not in ledgers[s.name].checkpoint[PRIORS]])
+    if warmed is not None:
+        warmed.result()  # its error, if any, is raised here
     for spec in kernels:
         ledger = ledgers[spec.name]
         learn_source.run_prior(priors, ledger.checkpoint, spec, backend.device, ledger.events)

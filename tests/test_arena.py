@@ -4,6 +4,7 @@ on the CPU: a fake keeper process hands out made-up handles instead of CUDA IPC 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -74,3 +75,28 @@ def test_worker_keeps_its_arena_across_restarts_and_hands_it_on(fake_keeper):
             assert alongside.measure(request("ok")).notes["arena"] == b"gpu0-arena1-64"
     with GpuWorker(0, target=serve_reporting_arena, lend_arena=True) as later:
         assert later.measure(request("ok")).notes["arena"] == b"gpu0-arena0-64"
+
+
+def test_keepers_of_several_gpus_start_side_by_side_and_one_gpus_once(monkeypatch):
+    """A keeper's start is a process that imports CuPy and makes a context: two GPUs'
+    start at once (one after another, the first would wait at the barrier alone and
+    break it); two callers for one GPU share its one keeper."""
+    import threading
+
+    barrier = threading.Barrier(2, timeout=10)
+    made = []
+
+    class Keeper:
+        def __init__(self, device_id):
+            made.append(device_id)
+            if device_id in (1, 2):
+                barrier.wait()
+
+    monkeypatch.setattr(arena, "ArenaKeeper", Keeper)
+    monkeypatch.setattr(arena, "_keepers", {})
+    monkeypatch.setattr(arena, "_starting", {})
+    monkeypatch.setattr(arena.atexit, "register", lambda fn: None)
+    with ThreadPoolExecutor(4) as pool:
+        keepers = list(pool.map(arena.keeper, [1, 2, 3, 3]))
+    assert not barrier.broken and sorted(made) == [1, 2, 3]
+    assert keepers[2] is keepers[3] and arena.keeper(1) is keepers[0]

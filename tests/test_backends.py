@@ -155,6 +155,24 @@ def test_gpu_backend_refuses_mixed_models():
         GpuBackend([0, 1], worker_factory=lambda gpu: FakeWorker(gpu, next(names)))
 
 
+def test_gpu_backend_starts_every_gpus_worker_at_once():
+    """Each worker's start (its processes: CuPy, a context) takes seconds: the backend
+    starts them side by side. Started one after another, the first would wait at the
+    barrier for a second that never comes, and the barrier would break."""
+    import threading
+
+    barrier = threading.Barrier(3, timeout=10)
+
+    class Starting(FakeWorker):
+        def device_name(self):
+            barrier.wait()
+            return super().device_name()
+
+    backend = GpuBackend([0, 1, 2], worker_factory=Starting)
+    assert backend.device == GPU and not barrier.broken
+    backend.close()
+
+
 class _SlowWorker:
     """A GPU worker whose measurement takes 20 ms and counts overlapping calls."""
 

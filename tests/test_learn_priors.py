@@ -237,3 +237,33 @@ def test_a_runs_kernels_features_are_computed_at_once_before_their_priors(monkey
         priors = [src.prior(spec, "static") for spec in specs]
     assert len(computed) == 3 and all(p["kernel"] == s.name for p, s in zip(priors, specs))
     assert (tmp_path / "features.json").is_file()  # kept beside the store for the next run
+
+
+@needs_ptxas
+def test_a_runs_kernels_features_are_computed_while_its_backend_starts(monkeypatch, tmp_path):
+    """The features (ptxas, cuobjdump) and the backend's start (GPU workers: processes
+    of their own) take seconds each: a run begins both at once. One after another, the
+    first would wait at the barrier alone and break it."""
+    import threading
+
+    import harness.backends as backends
+    from evo import cli
+    from evo.learn import source
+
+    barrier = threading.Barrier(2, timeout=20)
+    warm, make = source.PriorSource.warm, backends.make_backend
+
+    def warm_at_the_barrier(self, specs):
+        barrier.wait()
+        return warm(self, specs)
+
+    def make_at_the_barrier(*args, **kwargs):
+        barrier.wait()
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(source.PriorSource, "warm", warm_at_the_barrier)
+    monkeypatch.setattr(backends, "make_backend", make_at_the_barrier)
+    assert cli.main(["run", "--kernel", "relu", "--backend", "static", "--priors", "auto",
+                     "--generations", "1", "--pop", "2", "--out", str(tmp_path / "r"),
+                     "--store", str(tmp_path / "s.sqlite"), "-q"]) == 0
+    assert not barrier.broken

@@ -98,7 +98,10 @@ class GpuBackend(Backend):
         try:
             for gpu in gpus:
                 self.workers.append(factory(gpu))
-            names = {w.device_name() for w in self.workers}
+            # each starts its processes (its arena keeper, then itself: CuPy imported and a
+            # context made, seconds each): all GPUs at once, not one after another
+            with concurrent.futures.ThreadPoolExecutor(len(self.workers)) as pool:
+                names = set(pool.map(lambda worker: worker.device_name(), self.workers))
         except BaseException:
             self.close()
             raise

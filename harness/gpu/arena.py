@@ -131,17 +131,29 @@ class ArenaKeeper:
 
 
 _keepers: dict[int, ArenaKeeper] = {}
-_keepers_lock = threading.Lock()
+_keepers_lock = threading.Lock()  # guards the two dicts
+_starting: dict[int, threading.Lock] = {}  # GPU -> held while its keeper starts
 
 
 def keeper(device_id: int) -> ArenaKeeper:
-    """This process's keeper for GPU ``device_id``, started on first use, closed at exit."""
+    """This process's keeper for GPU ``device_id``, started on first use, closed at exit.
+    One GPU's keeper starts once; several GPUs' keepers start side by side (each is a
+    process that imports CuPy and makes a context: a run on four GPUs started them one
+    after another before its first measurement)."""
     with _keepers_lock:
-        if device_id not in _keepers:
+        if device_id in _keepers:
+            return _keepers[device_id]
+        starting = _starting.setdefault(device_id, threading.Lock())
+    with starting:
+        with _keepers_lock:
+            if device_id in _keepers:  # started by another thread meanwhile
+                return _keepers[device_id]
+        made = ArenaKeeper(device_id)
+        with _keepers_lock:
             if not _keepers:
                 atexit.register(close_keepers)
-            _keepers[device_id] = ArenaKeeper(device_id)
-        return _keepers[device_id]
+            _keepers[device_id] = made
+        return made
 
 
 def close_keepers() -> None:
