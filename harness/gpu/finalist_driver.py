@@ -37,8 +37,8 @@ from harness.gpu.finalist import DRIVER_OK  # noqa: E402
 _PREFIX = "evo-finalist-driver:"
 STEPS = "evo-finalist-steps:"
 """The line's prefix that gives the driver's steps: JSON of step -> when it ended
-(``time.time()``): imported, ready (host work and contexts done), turn (the GPU given),
-filled, launched, read (outputs on the host), saved."""
+(``time.time()``): started (this module loaded), imported (CuPy), ready (host work and
+contexts done), turn (the GPU given), filled, launched, read (outputs on the host), saved."""
 
 
 def _allocate(cp, nbytes: int, owners: list):
