@@ -123,7 +123,8 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
     ``keep_stores`` keeps each (kernel, strategy) store in OUT/stores/, so that engine
     changes can later be tried offline against them (``evo store merge``, then ``evo bench
     --backend replay --store MERGED``): a replayed bench counts, per search, the genomes the
-    store could not answer (``misses``), and bench.md says it was replayed.
+    store could not answer (``misses``), and bench.md says it was replayed; the features of
+    kernels outside the suite go beside them, so priors and policies can learn from them.
 
     ``priors`` (an ``evo.learn.source.BenchPriors``) gives the ``WITH_PRIORS`` strategies
     their priors; they run after the other strategies have finished every kernel.
@@ -206,6 +207,8 @@ def run_bench(kernels: list[str], strategies: list[str], base: Config, out: Path
             # searches stop at their next batch; what finished is saved
             each_kernel(kernels, lambda k, _slot, n=names, s=source: run_kernel(k, n, s),
                         max(1, jobs), stop)
+        if keep_stores:
+            _keep_features(stores, specs, kernels)
         if backend.remeasures:  # a GPU: what a user would run instead, timed the same way
             _time_peers(results, specs, getattr(backend, "gpus", [0])[0], progress)
             write_atomic(path, json.dumps(results, indent=1, sort_keys=True))
@@ -266,6 +269,36 @@ class _Curve(Observer):
         return self.points
 
 
+def store_file(stores: Path, kernel: str, strategy: str) -> Path:
+    """A (kernel, strategy) search's store: in ``stores`` itself whatever the kernel's name.
+    A spec's path is flattened (``/`` -> ``_``): joined as it was, an absolute path put the
+    store beside the user's spec, and a relative one in folders that the priors' search
+    for the bench's own stores (``*.sqlite`` in ``stores``) never looked into."""
+    flat = kernel.replace("\\", "/").strip("/").replace("/", "_")
+    return stores / f"{flat}-{strategy}.sqlite"
+
+
+def _keep_features(stores: Path, specs: dict, kernels: list[str]) -> None:
+    """The features of the kernels outside the suite (a user's spec, stored as name#digest)
+    in ``features.json`` beside their kept stores, as ``evo run`` keeps them beside its
+    store: without them `evo priors build` and `evo train policy` leave those kernels out
+    of what they learn from the bench's stores (suite kernels need none: evo finds their
+    specs). ~1 s of ptxas a kernel, once."""
+    from evo.learn.features import features_many
+    from evo.learn.source import feature_cache_path, read_cache, write_cache
+
+    by_folder: dict[Path, list] = {}
+    for kernel in kernels:
+        spec = specs[kernel]
+        if spec.store_name != spec.name:
+            by_folder.setdefault(feature_cache_path(store_file(stores, kernel, "x")), []).append(spec)
+    for path, outside in by_folder.items():
+        cache = read_cache(path)
+        for spec in outside:  # one at a time: two kernels of one name must not collide
+            features_many([spec], cache)
+        write_cache(path, cache)
+
+
 def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: Path,
             apply_pool, stop, prior: dict | None = None) -> dict:
     """One (kernel, strategy) search with its own empty store and Evaluator: its entry."""
@@ -273,7 +306,7 @@ def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: P
     from harness.store import Store
 
     curve = _Curve()
-    with Store(stores / f"{kernel}-{strategy}.sqlite") as store:
+    with Store(store_file(stores, kernel, strategy)) as store:
         evaluator = Evaluator(backend, store, apply_pool=apply_pool)
         measuring = KernelRun(spec, evaluator, stop, observers=[curve])
         start = time.perf_counter()

@@ -311,7 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, help="every random choice flows from this seed")
     _add_where_to_measure(p, "", caches_default="spec")
     p.add_argument("--keep-stores", action="store_true",
-                   help="keep every strategy's measurement store in OUT/stores/ (for replay)")
+                   help="keep every strategy's measurement store in OUT/stores/ (for replay, "
+                        "evo priors build, evo train policy; with the features of kernels "
+                        "outside the suite beside them)")
     p.add_argument("--limit", type=int, default=0,
                    help="stop after this many kernels this call (0 = all); run again to go on")
     p.add_argument("--jobs", type=int, default=8, metavar="N",

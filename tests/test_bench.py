@@ -298,3 +298,27 @@ def test_the_memory_table_gives_roofline_shares_and_the_peer():
     assert "caches: warm (x)" in lines[0]
     assert lines[4:] == ["| relu | 8.4 | 3460 | 3.32 µs (2527 GB/s, 73 %) | "
                          "2.26 µs (3712 GB/s, 107 %) | 2.34 µs | 1.04x |", ""]
+
+
+@needs_ptxas
+def test_kept_stores_of_a_users_kernel_can_be_learned_from(tmp_path):
+    """A kernel outside the suite (a user's spec: stored as name#digest, no spec evo can
+    find again) is learned from the bench's kept stores: its features lie beside them
+    (features.json, as evo run keeps them), so a knowledge base built from those stores
+    holds it instead of leaving it out."""
+    from evo.learn import priors as P
+    from evo.learn.source import feature_cache_path, read_cache
+    from test_hardening import copy_kernel
+
+    spec = str(copy_kernel(tmp_path / "mine", "my_tile"))
+    bench.run_bench([spec, "gemm_tile_2x2x2"], ["evolve45"], Config().override("run", seed=3),
+                    tmp_path / "out", backend=CodeSizeBackend(), progress=lambda line: None,
+                    keep_stores=True, jobs=1)
+    assert not list((tmp_path / "mine").glob("*.sqlite"))  # nothing beside the user's spec
+    store = bench.store_file(tmp_path / "out" / "stores", spec, "evolve45")
+    assert store.parent == tmp_path / "out" / "stores" and store.is_file()
+    cache = read_cache(feature_cache_path(store))
+    assert any(key.startswith("my_tile#") for key in cache)
+    left_out: list = []
+    kb = P.build_kb([store], feature_cache=cache, probe=False, left_out=left_out)
+    assert [e["kernel"].split("#")[0] for e in kb["kernels"]] == ["my_tile"] and not left_out
