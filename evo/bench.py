@@ -280,23 +280,23 @@ def store_file(stores: Path, kernel: str, strategy: str) -> Path:
 
 def _keep_features(stores: Path, specs: dict, kernels: list[str]) -> None:
     """The features of the kernels outside the suite (a user's spec, stored as name#digest)
-    in ``features.json`` beside their kept stores, as ``evo run`` keeps them beside its
+    in ``features.json`` beside the kept stores, as ``evo run`` keeps them beside its
     store: without them `evo priors build` and `evo train policy` leave those kernels out
     of what they learn from the bench's stores (suite kernels need none: evo finds their
-    specs). ~1 s of ptxas a kernel, once."""
+    specs). ~1 s of ptxas a kernel, in threads, once."""
     from evo.learn.features import features_many
     from evo.learn.source import feature_cache_path, read_cache, write_cache
 
-    by_folder: dict[Path, list] = {}
-    for kernel in kernels:
-        spec = specs[kernel]
-        if spec.store_name != spec.name:
-            by_folder.setdefault(feature_cache_path(store_file(stores, kernel, "x")), []).append(spec)
-    for path, outside in by_folder.items():
-        cache = read_cache(path)
-        for spec in outside:  # one at a time: two kernels of one name must not collide
-            features_many([spec], cache)
-        write_cache(path, cache)
+    pending = [specs[k] for k in kernels if specs[k].store_name != specs[k].name]
+    if not pending:
+        return
+    path = feature_cache_path(store_file(stores, "features", "x"))
+    cache = read_cache(path)
+    while pending:  # features_many keys a call's kernels by name: one of each name a call
+        batch = list({spec.name: spec for spec in reversed(pending)}.values())
+        features_many(batch, cache)
+        pending = [spec for spec in pending if all(spec is not b for b in batch)]
+    write_cache(path, cache)
 
 
 def _search(kernel: str, spec, strategy: str, config: Config, backend, stores: Path,
