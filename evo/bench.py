@@ -287,15 +287,12 @@ def _keep_features(stores: Path, specs: dict, kernels: list[str]) -> None:
     from evo.learn.features import features_many
     from evo.learn.source import feature_cache_path, read_cache, write_cache
 
-    pending = [specs[k] for k in kernels if specs[k].store_name != specs[k].name]
-    if not pending:
+    outside = [k for k in kernels if specs[k].store_name != specs[k].name]
+    if not outside:
         return
-    path = feature_cache_path(store_file(stores, "features", "x"))
+    path = feature_cache_path(store_file(stores, outside[0], "any"))  # every store's folder
     cache = read_cache(path)
-    while pending:  # features_many keys a call's kernels by name: one of each name a call
-        batch = list({spec.name: spec for spec in reversed(pending)}.values())
-        features_many(batch, cache)
-        pending = [spec for spec in pending if all(spec is not b for b in batch)]
+    features_many([specs[k] for k in outside], cache)
     write_cache(path, cache)
 
 

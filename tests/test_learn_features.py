@@ -64,3 +64,21 @@ def test_a_callers_cache_does_not_leak_into_the_process_memo(monkeypatch):
     monkeypatch.setattr(F, "kernel_features", lambda s: computed.append(s.name) or {"real": 2.0})
     assert F.features_many([spec]) == {spec.name: {"real": 2.0}} and computed == [spec.name]
     assert F.features_many([spec], {}) == {spec.name: {"real": 2.0}} and len(computed) == 1
+
+
+@needs_ptxas
+def test_two_kernels_of_one_name_each_keep_their_own_features(tmp_path):
+    """features_many keys what it computes per spec: two users' specs named alike (one
+    launched with 64 threads a block) are two kernels, and each store name (name#digest)
+    gets its own kernel's features, not the other's."""
+    from test_hardening import copy_kernel
+
+    one = find_kernel(str(copy_kernel(tmp_path / "a", "my_tile")))
+    wide = find_kernel(str(copy_kernel(tmp_path / "b", "my_tile",
+                                       lambda t: t.replace("block = [1, 1, 1]", "block = [64, 1, 1]"))))
+    assert one.name == wide.name and one.store_name != wide.store_name
+    cache: dict = {}
+    F.features_many([one, wide], cache)
+    alone = F.features_many([one], {})["my_tile"]
+    assert cache[F.named_key(one.store_name)] == alone
+    assert cache[F.named_key(wide.store_name)] == F.features_many([wide], {})["my_tile"] != alone

@@ -169,19 +169,21 @@ def features_many(specs: list, cache: dict | None = None, workers: int | None = 
     cuobjdump) are computed once, whether its prior or a policy asks first. ptxas and
     cuobjdump are subprocesses, so threads run them in parallel."""
     cache = {} if cache is None else cache
-    keys = {spec.name: feature_key(spec) for spec in specs}
-    for key in keys.values():
+    # Keyed per spec, not per name: two kernels of one name (two users' specs, name#digest
+    # apart) each get their own features, and each store name its own kernel's.
+    keys = [feature_key(spec) for spec in specs]
+    for key in keys:
         if key not in cache and key in _SEEN:
             cache[key] = _SEEN[key]
-    todo = [spec for spec in specs if keys[spec.name] not in cache]
+    todo = list({key: spec for spec, key in zip(specs, keys) if key not in cache}.items())
     if todo:
         with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
-            for spec, feats in zip(todo, pool.map(kernel_features, todo)):
-                cache[keys[spec.name]] = _SEEN[keys[spec.name]] = feats  # computed here only
-    for spec in specs:  # a kernel stored under another name than the suite's (name#digest,
-        if spec.store_name != spec.name:  # name@cold): kept under it for priors' builds
-            cache[named_key(spec.store_name)] = cache[keys[spec.name]]
-    return {spec.name: dict(cache[keys[spec.name]]) for spec in specs}
+            for (key, _), feats in zip(todo, pool.map(kernel_features, [s for _, s in todo])):
+                cache[key] = _SEEN[key] = feats  # computed here only
+    for spec, key in zip(specs, keys):  # a kernel stored under another name than the
+        if spec.store_name != spec.name:  # suite's (name#digest, name@cold): kept under it
+            cache[named_key(spec.store_name)] = cache[key]  # for priors' builds
+    return {spec.name: dict(cache[key]) for spec, key in zip(specs, keys)}
 
 
 def _scaled(name: str, value: float) -> float:
