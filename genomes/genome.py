@@ -234,6 +234,7 @@ def apply_genome(baseline: str | ptx_model.Module, genome: Genome,
     module = (ptx_model.parse_shared(baseline) if isinstance(baseline, str) else baseline).copy()
     effective = set(_effective_positions(genome))
     outcomes = []
+    pinned = None  # the reads_launch gene whose launch the variant must keep
     for i, gene in enumerate(genome.genes):
         if i not in effective:
             outcomes.append(GeneOutcome(gene, "replaced", detail="a later gene of its group wins"))
@@ -243,13 +244,15 @@ def apply_genome(baseline: str | ptx_model.Module, genome: Genome,
             outcomes.append(outcome)
             continue
         transform = transforms.get(gene.transform)
-        if transform.edits_launch and launch is None:
-            outcomes.append(GeneOutcome(gene, "no-op", detail="changes the launch, and none "
+        uses_launch = transform.edits_launch or transform.reads_launch
+        if uses_launch and launch is None:
+            what = "changes" if transform.edits_launch else "needs"
+            outcomes.append(GeneOutcome(gene, "no-op", detail=f"{what} the launch, and none "
                                         "was given (apply it with the kernel's spec)"))
             continue
         trial, new_launch = module.copy(), launch
         try:
-            if transform.edits_launch:
+            if uses_launch:
                 changes, new_launch = transform.run_launch(trial, dict(gene.params), launch)
             else:
                 changes = transform.run(trial, dict(gene.params))
@@ -259,8 +262,14 @@ def apply_genome(baseline: str | ptx_model.Module, genome: Genome,
         except Exception as err:  # a transform bug must not end a run: record it
             outcomes.append(GeneOutcome(gene, "error", detail=f"{type(err).__name__}: {err}"))
             continue
+        if changes and pinned and new_launch != launch:
+            # an earlier gene's edit holds for this launch only (a proof made for it)
+            outcomes.append(GeneOutcome(gene, "no-op", detail=f"keeps the launch {pinned} "
+                                        "was applied for"))
+            continue
         if changes:
             module, launch = trial, new_launch
+            pinned = pinned or (gene.transform if transform.reads_launch else None)
             outcomes.append(GeneOutcome(gene, "applied", changes))
         else:
             outcomes.append(GeneOutcome(gene, "no-op", detail="nothing to change"))

@@ -110,6 +110,10 @@ class Transform:
     ``apply(module, launch, **params)`` returns ``(changes, new_launch)``, and it is a
     no-op where no launch is known (a genome applied without its kernel's spec).
 
+    A transform with ``reads_launch`` needs the launch to decide, and leaves it alone: its
+    ``apply(module, launch, **params)`` returns the changes; it is a no-op where no launch
+    is known, and the launch it was applied with stays the variant's (``genomes.genome``).
+
     A transform with ``changes_results`` may change what the kernel computes in the last
     bits (fast math: approximate instructions, flushed subnormals, fused mul+add), within
     the tolerance the gate allows; every other transform leaves the results bit for bit
@@ -123,6 +127,7 @@ class Transform:
     params: tuple[Param, ...]
     apply: Callable[..., Any]
     edits_launch: bool = False
+    reads_launch: bool = False
     changes_results: bool = False
 
     def param(self, name: str) -> Param:
@@ -139,7 +144,10 @@ class Transform:
         return self.apply(module, **full)
 
     def run_launch(self, module: Module, params: dict[str, Any], launch) -> tuple[int, Any]:
-        """Apply an ``edits_launch`` transform: (changes, the launch it implies)."""
+        """Apply an ``edits_launch`` transform: (changes, the launch it implies); a
+        ``reads_launch`` one: (changes, the same launch)."""
         full = {p.name: p.default for p in self.params}
         full.update(params)
+        if self.reads_launch:
+            return self.apply(module, launch, **full), launch
         return self.apply(module, launch, **full)
