@@ -276,6 +276,18 @@ def test_fp8_pointers_become_fp8_buffers_drawn_over_the_range_seen(manifest, tmp
     assert (x.dtype, x.fill, x.low, x.high, x.nbytes) == ("f8e4m3", "uniform", -2.0, 3.0, 64)
 
 
+def test_an_input_seen_constant_is_drawn_around_its_value(manifest, tmp_path):
+    """A float input the capture saw at one value (zeros: a gradient at the first step)
+    is drawn, not filled: a constant hides a variant that reads the wrong elements."""
+    first = _launches(manifest)[0]
+    for seen, drawn in ((0.0, (0.0, 1.0)), (-2.0, (-3.0, -1.0)), (4.0, (2.0, 6.0))):
+        k = Launch(**{**first.__dict__, "args": (
+            Arg("in_ptr0", "*bf16", 64, "in", low=seen, high=seen),) + first.args[1:]})
+        capture.write([k], tmp_path / str(seen))
+        x = capture.read(tmp_path / str(seen))["kernels"][0]["kernel_spec"].param("in_ptr0")
+        assert (x.fill, x.low, x.high) == ("uniform", *drawn)
+
+
 def test_a_kernel_that_reads_its_sizes_is_marked_dynamic_in_the_manifest(manifest, tmp_path):
     first = _launches(manifest)[0]
     spec = manifest["kernels"][0]["kernel_spec"]

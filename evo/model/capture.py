@@ -284,9 +284,11 @@ def _param(arg: Arg, role: str | None = None):
     if dtype[0] in "iu" or arg.type == "*i1":
         return api.buffer(arg.name, dtype, arg.count, role=role, fill="int",
                           low=int(arg.low), high=int(arg.high) + 1)
-    if arg.low == arg.high:
-        return api.buffer(arg.name, dtype, arg.count, role=role, fill="const", value=arg.low)
-    return api.buffer(arg.name, dtype, arg.count, role=role, fill="uniform", low=arg.low, high=arg.high)
+    low, high = arg.low, arg.high
+    if low == high:  # one value seen (a gradient still zero at the first step): drawn
+        # around it, not constant, or the gate could not see a variant read it wrongly
+        low, high = (0.0, 1.0) if low == 0 else sorted((low / 2, low * 3 / 2))
+    return api.buffer(arg.name, dtype, arg.count, role=role, fill="uniform", low=low, high=high)
 
 
 class _Compiled:
