@@ -125,7 +125,7 @@ def evaluate(fn: Function, registers, grid, block, limit: float = 4e9,
 # ------------------------------------------------------------------------- semantics
 
 _ALU = {"mov", "add", "sub", "mul", "mad", "shl", "shr", "and", "or", "xor", "not", "neg",
-        "min", "max", "div", "rem", "cvt", "cvta", "setp", "selp", "ld"}
+        "min", "max", "div", "rem", "cvt", "cvta", "setp", "selp", "ld", "bfe"}
 
 
 def _operand_registers(ins: Instruction) -> list[str]:
@@ -234,6 +234,8 @@ def _step(ins: Instruction, env: dict, specials: dict):
         return _store(_as(args[0], _width(src), src.startswith("s")), _width(mods[-2]))
     if op in ("mul", "mad"):
         return _multiply(op, mods, args, w, signed)
+    if op == "bfe":
+        return _extract(ins, args, w, signed)
     a = _as(args[0], w, signed)
     if op == "not":
         return _store(~a, w)
@@ -263,6 +265,22 @@ def _step(ins: Instruction, env: dict, specials: dict):
               "or": np.bitwise_or, "xor": np.bitwise_xor, "min": np.minimum,
               "max": np.maximum}[op](a, b)
     return _store(result, w)
+
+
+def _extract(ins: Instruction, args, w: int, signed: bool) -> np.ndarray:
+    """``bfe``: ``len`` bits from ``pos``, sign-extended from the field's top bit for a
+    signed type; only immediate positions and lengths inside the value (what compilers
+    emit for index bits), whose meaning no corner of the ISA's rule touches."""
+    pos, length = args[1], args[2]
+    if not (isinstance(pos, int) and isinstance(length, int) and 0 < length
+            and 0 <= pos and pos + length <= w):
+        raise Unsupported(f"{ins.render().strip()}: a field outside the value or not immediate")
+    field = (_as(args[0], w, False) >> _UNSIGNED[w](pos)) & _UNSIGNED[w]((1 << length) - 1)
+    field = field.astype(np.int64) if w < 64 else field
+    if signed:
+        top = 1 << (length - 1)
+        field = (field ^ top) - top  # sign-extends from bit length-1
+    return _store(np.asarray(field).astype(_SIGNED[w] if signed else _UNSIGNED[w]), w)
 
 
 def _compare(cmp: str, a, b) -> np.ndarray:

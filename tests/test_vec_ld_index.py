@@ -92,6 +92,8 @@ X = np.arange(128)
     ("\tmul.hi.s32 %r5, %r3, -954437177;", "%r5", ((X * -954437177) >> 32) & 0xFFFFFFFF),
     ("\tmul.wide.s32 %rd1, %r3, -3;", "%rd1", X * -3),
     ("\tsetp.lt.u32 %p1, %r3, 70;\n\tselp.b32 %r5, 1, 2, %p1;", "%r5", np.where(X < 70, 1, 2)),
+    ("\tbfe.u32 %r5, %r3, 3, 2;", "%r5", (X >> 3) & 3),
+    ("\tbfe.s32 %r5, %r3, 2, 3;", "%r5", ((((X >> 2) & 7) ^ 4) - 4) & 0xFFFFFFFF),
 ])
 def test_integer_semantics_of_single_ops(body, reg, want):
     assert np.array_equal(_one(body, reg), want)
@@ -102,6 +104,7 @@ def test_integer_semantics_of_single_ops(body, reg, want):
     ("\tmov.u32 %r5, %r3;\n\tadd.s32 %r5, %r5, 1;", "%r5", "defined 2 times"),
     ("\tcvt.rn.f32.s32 %r5, %r3;", "%r5", "float"),
     ("\tmov.u32 %r5, %laneid;", "%r5", "not the launch's"),
+    ("\tbfe.u32 %r5, %r3, 30, 4;", "%r5", "field outside"),
 ])
 def test_what_is_not_modelled_is_refused_with_its_reason(body, reg, why):
     with pytest.raises(lane_eval.Unsupported, match=why):
