@@ -30,7 +30,7 @@ def _s(cycles, err=0.0, valid=True) -> dict:
 def test_only_fast_math_transforms_say_they_change_results():
     changing = sorted(n for n, t in transforms.registry().items() if t.changes_results)
     assert changing == ["contract", "fast_div", "fast_exp", "fast_rcp", "fast_rsqrt",
-                        "fast_sqrt", "ftz", "ptxas_nofmad"]
+                        "fast_sincos", "fast_sqrt", "ftz", "ptxas_nofmad"]
     twin = exact_twin(parse_inline("vec_st(width=4),fast_rsqrt,maxnreg(n=128),ftz(scope=all)"))
     assert str(twin) == str(parse_inline("vec_st(width=4),maxnreg(n=128)"))
 

@@ -38,9 +38,12 @@ def test_every_cos_and_sin_becomes_one_approx_and_the_rest_of_the_kernel_stays(t
     global_before = [i for i in before if i.space == "global" and "nc" not in i.mods]
     assert [i.render() for i in after if i.space == "global"] == \
         [i.render() for i in global_before]
-    # each approx reads the angle its region reduced: sin(x) takes its cos(x)'s x
+    # each approx reads its angle reduced to [-pi, pi]: sin(x) takes its cos(x)'s x
+    angles = [i.operands[1] for i in after if i.opcode == "mul.f32"
+              and i.operands[2] == "0f3E22F983"]
+    assert len(angles) == 16 and angles[:8] == angles[8:] and len(set(angles)) == 8
     approx = [i for i in after if "approx" in i.mods]
-    assert [a.operands[1] for a in approx[:8]] == [a.operands[1] for a in approx[8:]]
+    assert all(a.operands[1].startswith("%evo_sc") for a in approx)
     out = tmp_path / "v.ptx"
     out.write_text(text)
     subprocess.run(["ptxas", "-arch=sm_90a", str(out), "-o", str(tmp_path / "v.cubin")],

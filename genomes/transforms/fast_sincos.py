@@ -29,11 +29,14 @@ Rule, for a function as a whole (all its regions or none):
   register they write but the results is read elsewhere, a result not before its exit
   label; x is not written by a region.
 
-Each region's code is removed and ``cos.approx[.ftz].f32 result, x`` (``sin``) put right
-after its exit label (``.ftz`` where the region's arithmetic flushed subnormals).
-``cos.approx`` is within 2^-20.5 absolute on [-pi, pi] and its error grows with |x| (the
-hardware reduces in single precision), against libdevice's ~1 ulp: the correctness
-gate's tolerance decides.
+Each region's code is removed, and right after its exit label x is reduced to [-pi, pi]
+by a three-part 2 pi (Cody-Waite: ``k = rint(x / 2pi)``, ``r = x - k * 2pi`` in three
+``fma``) and ``cos.approx[.ftz].f32 result, r`` (``sin``) computes the value (``.ftz``
+where the region's arithmetic flushed subnormals). ``cos.approx`` alone reduces in single
+precision, and its error grows with |x|: on a Llama's angles (0-511) it was 1.2e-4, which
+the gate rejected on bf16 outputs near zero; reduced first, the error is that of the
+approximation on [-pi, pi] (2^-20.5) plus ~1e-7 for |x| up to 1e5 (libdevice's fast
+path's range), against libdevice's ~1 ulp: the correctness gate's tolerance decides.
 """
 
 from __future__ import annotations
@@ -42,10 +45,15 @@ import re
 from dataclasses import dataclass, field
 
 from genomes.memory import effect
-from genomes.ptx import Function, Instruction, Label, Line, Module
+from genomes.ptx import Directive, Function, Instruction, Label, Line, Module
 from genomes.transforms.base import Transform
+from genomes.transforms.l2_policy import fresh_register, prologue_index
 
 TWO_OVER_PI = "3F22F983"
+# 1 / 2pi and 2pi in three parts, negated (-6.2831855, +1.7484555e-07, +7.1054274e-15)
+_INV_TWO_PI = "0f3E22F983"
+_MINUS_TWO_PI = ("0fC0C90FDB", "0f343BBD2E", "0f28000000")
+_TEMPS = 5  # registers a region's reduction takes
 _EXIT = re.compile(r"%__nv_(sin|cos)f\.exit\d*\b")
 _FLOW = frozenset({"bra", "brx"})
 
@@ -185,22 +193,35 @@ def _replace_in(fn: Function) -> int:
     regions = _regions(fn)
     if not regions or not _classify(fn, regions) or not _closed(fn, regions):
         return 0
+    stem = fresh_register(fn, "%evo_sc")
     at_exit = {}
-    for r in regions:
+    for n, r in enumerate(regions):
         ftz = any(isinstance(fn.body[i].stmt, Instruction) and "ftz" in fn.body[i].stmt.mods
                   for i in r.own)
         op = ".".join([r.kind, "approx", *(["ftz"] if ftz else []), "f32"])
-        at_exit[r.exit] = Instruction(op, (r.result, r.x))
+        at_exit[r.exit] = _reduced(op, r.result, r.x, [f"{stem}{_TEMPS * n + j}"
+                                                       for j in range(_TEMPS)])
     gone = set().union(*(r.own for r in regions))
     body = []
     for i, line in enumerate(fn.body):
         if i in gone:
             continue
         body.append(line)
-        if i in at_exit:
-            body.append(Line(at_exit[i], "\t", "\n"))
+        body += [Line(ins, "\t", "\n") for ins in at_exit.get(i, ())]
+    at = prologue_index(fn)
+    body[at:at] = [Line(Directive(f".reg .f32 \t{stem}<{_TEMPS * len(regions)}>;"), "\t", "\n")]
     fn.body[:] = body
     return len(regions)
+
+
+def _reduced(op: str, result: str, x: str, t: list[str]) -> list[Instruction]:
+    """``op result, r`` with r = x reduced to [-pi, pi] (the module's rule)."""
+    return [Instruction("mul.f32", (t[0], x, _INV_TWO_PI)),
+            Instruction("cvt.rni.f32.f32", (t[1], t[0])),
+            Instruction("fma.rn.f32", (t[2], t[1], _MINUS_TWO_PI[0], x)),
+            Instruction("fma.rn.f32", (t[3], t[1], _MINUS_TWO_PI[1], t[2])),
+            Instruction("fma.rn.f32", (t[4], t[1], _MINUS_TWO_PI[2], t[3])),
+            Instruction(op, (result, t[4]))]
 
 
 def apply(module: Module) -> int:
