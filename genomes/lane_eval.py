@@ -10,8 +10,8 @@ semantics of each integer type; the caller checks its fact on every chunk.
 
 What can be evaluated: registers defined once, unguarded, by integer ``mov``/``add``/
 ``sub``/``mul``/``mad`` (``lo``, ``hi`` up to 32 bits, ``wide``)/``shl``/``shr``/``and``/
-``or``/``xor``/``not``/``neg``/``min``/``max``/``div``/``rem``/``cvt``/``setp``/``selp``
-from immediates and the special registers a launch fixes (``%tid``, ``%ntid``, ``%ctaid``,
+``or``/``xor``/``not``/``neg``/``min``/``max``/``div``/``rem``/``cvt``/``setp``/``selp``/
+``bfe`` (immediate fields) from immediates and the special registers a launch fixes (``%tid``, ``%ntid``, ``%ctaid``,
 ``%nctaid``). A 64-bit pointer parameter is a symbol: a ``Pointer`` is that parameter plus
 a byte offset, which only ``add``/``sub``/``mad.wide``/``cvta``/``mov`` may move. Anything
 else in the slice -- a scalar parameter (its value is not the launch's), a loaded value, a
@@ -96,8 +96,8 @@ def thread_chunks(grid, block, size: int = CHUNK) -> Iterator[dict[str, np.ndarr
 def evaluate(fn: Function, registers, grid, block, limit: float = 4e9,
              info: PointerInfo | None = None) -> Iterator[dict]:
     """For each chunk of the launch's threads, ``{register: value}`` for ``registers``:
-    an int64 array (the register's bits, unsigned below 64 bits), a bool array
-    (predicates) or a ``Pointer``. Raises ``Unsupported`` before the first chunk when the
+    an array of the register's bits as the signed integer dtype of its width (view it
+    unsigned where that is meant), a bool array (predicates) or a ``Pointer``. Raises ``Unsupported`` before the first chunk when the
     slice cannot be modelled or when threads x slice length exceeds ``limit``."""
     code = backward_slice(fn, registers, info)
     threads = math.prod(grid) * math.prod(block)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from genomes.memory import effect
+from genomes.memory import PointerInfo, effect
 from genomes.ptx import Directive, Function, Instruction, Label, Line, Module
 from genomes.transforms.base import Transform
 from genomes.transforms.l2_policy import fresh_register, prologue_index
@@ -127,12 +127,8 @@ def _classify(fn: Function, regions: list[_Region]) -> bool:
         if not more:
             break
         kept |= more
-    defs: dict[str, int] = {}
-    for line in fn.body:
-        if isinstance(line.stmt, Instruction):
-            for d in line.stmt.defs():
-                defs[d] = defs.get(d, 0) + 1
-    if any(defs[d] > 1 for i in kept - stretch for d in ins_at[i].defs()):
+    defs = PointerInfo(fn).defs
+    if any(len(defs[d]) > 1 for i in kept - stretch for d in ins_at[i].defs()):
         return False  # a register written twice: where its writer runs matters
     for r in regions:
         r.own = {i for i in range(r.start, r.exit) if i not in kept}

@@ -53,10 +53,11 @@ class _Load:
     key: tuple  # what members of one vector share: opcode, guard, cache policy
 
 
-def _policy_key(fn: Function, info: PointerInfo, reg: str, before: int) -> tuple | None:
+def _policy_key(info: PointerInfo, order: dict[int, int], reg: str,
+                before: int) -> tuple | None:
     """The definitions of a cache-policy register with its name left out (two registers
-    with equal keys hold the same policy), or None where one lies at or after ``before``."""
-    order = {id(line.stmt): i for i, line in enumerate(fn.body)}
+    with equal keys hold the same policy), or None where one lies at or after ``before``
+    (``order``: each statement's body index, by id)."""
     defs = info.defs.get(reg, [])
     if not defs or any(order[id(d)] >= before or d.pred for d in defs):
         return None
@@ -65,6 +66,7 @@ def _policy_key(fn: Function, info: PointerInfo, reg: str, before: int) -> tuple
 
 def _candidates(fn: Function, info: PointerInfo, stop: int) -> list[_Load]:
     found = []
+    order = {id(line.stmt): i for i, line in enumerate(fn.body)}
     for i, line in enumerate(fn.body[:stop]):
         ins = line.stmt
         if not (isinstance(ins, Instruction) and ins.op == "ld" and ins.space == "global"
@@ -80,7 +82,7 @@ def _candidates(fn: Function, info: PointerInfo, stop: int) -> list[_Load]:
             continue
         policy = ()
         if len(ins.operands) == 3:
-            policy = _policy_key(fn, info, ins.operands[2].strip(), i)
+            policy = _policy_key(info, order, ins.operands[2].strip(), i)
             if policy is None:
                 continue
         found.append(_Load(i, ins, dest, addr.base, addr.offset, SIZES[type_],
@@ -109,12 +111,12 @@ def _proven(fn: Function, info: PointerInfo, loads: list[_Load], windows, launch
     from genomes import lane_eval
     guards = sorted({m.ins.pred.lstrip("@!") for m in loads if m.ins.pred})
     bases = sorted({m.base for m in loads})
-    code = []
     try:
         code = lane_eval.backward_slice(fn, bases + guards, info)
     except lane_eval.Unsupported:
         guards = []  # the guards' slice is not modelled: then every thread must agree
-    key = (tuple(i.render() for i in lane_eval.backward_slice(fn, bases, info) + code),
+        code = lane_eval.backward_slice(fn, bases, info)
+    key = (tuple(i.render() for i in code),
            tuple((m.base, m.offset, m.size, m.ins.pred) for m in loads), tuple(windows),
            tuple(guards), launch.grid, launch.block)
     if key in _CACHE:
