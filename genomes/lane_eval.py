@@ -76,6 +76,19 @@ def backward_slice(fn: Function, registers, info: PointerInfo | None = None) -> 
     return sorted(unique.values(), key=lambda ins: order[id(ins)])
 
 
+def evaluable(fn: Function, registers, info: PointerInfo | None = None) -> list[str]:
+    """Those of ``registers`` that ``evaluate`` models (each tried alone on one thread: what
+    is unsupported is a matter of instructions, not of values)."""
+    out = []
+    for reg in registers:
+        try:
+            next(evaluate(fn, [reg], (1, 1, 1), (1, 1, 1), info=info))
+        except Unsupported:
+            continue
+        out.append(reg)
+    return out
+
+
 def thread_chunks(grid, block, size: int = CHUNK) -> Iterator[dict[str, np.ndarray]]:
     """The special registers of every thread of a launch, ``size`` threads at a time:
     ``{"%tid.x": array, ..., "%ntid.x": scalar, ...}``."""

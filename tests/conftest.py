@@ -148,3 +148,21 @@ def first_genes_assembled(text: str, launch, seed, randoms: int, longest: int,
     failures = [f"{label}: {r.error}" for label, r in zip(labels, results)
                 if not r.ok and "Insufficient registers" not in r.error]
     return results, failures
+
+
+@pytest.fixture
+def widen_gene(monkeypatch):
+    """A test transform ``widen`` that halves the grid (a launch-changing gene), registered
+    for the test: whether an earlier gene keeps the launch it was applied for."""
+    import genomes.transforms as transforms_mod
+    from genomes.transforms.base import Transform
+
+    def wider(module, launch):
+        return 1, launch.with_shape((launch.grid[0] // 2, 1, 1), launch.block)
+
+    widen = Transform(name="widen", group="widen", summary="test", applies_when="always",
+                      params=(), apply=wider, edits_launch=True)
+    table = {**transforms_mod.registry(), "widen": widen}
+    monkeypatch.setattr(transforms_mod, "registry", lambda: table)
+    return widen
+

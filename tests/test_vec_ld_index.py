@@ -11,11 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import genomes.transforms as transforms_mod
 from conftest import needs_ptxas
 from genomes import lane_eval, ptx
 from genomes.genome import Gene, Genome, apply_genome
-from genomes.transforms.base import Transform
 from harness.kernels.suite import find_kernel
 
 SPEC = find_kernel(Path(__file__).parent / "data" / "captured" / "cat_transpose.toml")
@@ -143,16 +141,8 @@ def test_one_lane_off_by_one_breaks_its_groups_and_only_those():
     assert any(i.opcode.endswith("v2.b16") for i in loads)  # lanes 0..1
 
 
-def test_without_a_launch_it_is_a_no_op_and_a_later_launch_change_is_refused(monkeypatch):
+def test_without_a_launch_it_is_a_no_op_and_a_later_launch_change_is_refused(widen_gene):
     assert apply_genome(SPEC.ptx_text(), GENOME).outcomes[0].status == "no-op"
-
-    def wider(module, launch):
-        return 1, launch.with_shape((launch.grid[0] // 2, 1, 1), launch.block)
-
-    widen = Transform(name="widen", group="widen", summary="test", applies_when="always",
-                      params=(), apply=wider, edits_launch=True)
-    table = {**transforms_mod.registry(), "widen": widen}
-    monkeypatch.setattr(transforms_mod, "registry", lambda: table)
     both = apply_genome(SPEC.ptx_text(), Genome((*GENOME.genes, Gene.make("widen"))), LAUNCH)
     assert [o.status for o in both.outcomes] == ["applied", "no-op"]
     assert "keeps the launch vec_ld_index was applied for" in both.outcomes[1].detail

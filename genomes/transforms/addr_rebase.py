@@ -1,0 +1,163 @@
+"""Address global accesses from an earlier access's address register plus a constant,
+where the launch's every thread shows the difference constant; the arithmetic that
+computed their own addresses is left dead, for ptxas to drop.
+
+Triton computes every element's address of a thread's tile on its own where its axis
+analysis cannot show the index contiguous: a rotary embedding reads its eight angles
+``(x0 % 64 % 32) * 512 + x1`` 2 KiB apart, each through ~15 instructions of lowered
+divisions and remainders (8- and 16-bit ones, by LLVM). Those addresses are not
+consecutive, so ``vec_ld_index`` cannot merge them, but each is the first one plus a
+constant on every thread: ``[%rd7]`` can be ``[%rd5+2048]``. This transform evaluates the
+addresses for every thread of the launch (``genomes.lane_eval``: exact integer semantics,
+no sampling) and makes that rewrite where it holds.
+
+Rule, in the function's straight-line head (before any branch): a global load or store B
+is rewritten to ``[A's address register + c]`` where A is the earliest global access
+before it whose address, on every thread on which B's guard holds (every thread where
+the guard cannot be evaluated), is B's address minus the same constant c (a 32-bit
+offset), with the same pointer parameter. Nothing moves and nothing else changes: B
+touches the same bytes on every thread that runs it. A's register is defined once,
+unguarded (what ``lane_eval`` evaluates), so it holds that value wherever B runs.
+
+The proof holds for the launch it was made with: the genome keeps that launch (a later
+gene that would change it is a no-op, ``genomes.genome``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from genomes.launch import launched_entry
+from genomes.memory import PointerInfo, effect
+from genomes.ptx import Address, Function, Instruction, Line, Module
+from genomes.transforms.base import NotApplicable, Transform
+
+_FLOW = frozenset({"bra", "brx", "call", "ret", "exit"})
+_CACHE: dict[tuple, dict] = {}  # proofs by (slice, accesses, launch): seconds each to redo
+_CACHE_SIZE = 64
+_LIMIT = 1 << 31  # a PTX address offset is a signed 32-bit immediate
+
+
+@dataclass(frozen=True)
+class _Access:
+    index: int  # position in fn.body
+    ins: Instruction
+    base: str
+    offset: int
+    guard: str  # the guard's predicate register without @/@!, or ""
+
+
+def _accesses(fn: Function, stop: int) -> list[_Access]:
+    found = []
+    for i, line in enumerate(fn.body[:stop]):
+        ins = line.stmt
+        if not (isinstance(ins, Instruction) and ins.op in ("ld", "st")
+                and ins.space == "global" and effect(ins) in ("load", "store")):
+            continue
+        addr = ins.address()
+        if addr is None or not addr.base.startswith("%"):
+            continue
+        found.append(_Access(i, ins, addr.base, addr.offset, (ins.pred or "").lstrip("@!")))
+    return found
+
+
+def _proven(fn: Function, info: PointerInfo, accesses: list[_Access], launch) -> dict:
+    """{index of B in ``accesses``: (index of A, c)} for every B that can be rebased."""
+    import numpy as np  # only where the gene is applied: genomes imports need no NumPy
+
+    from genomes import lane_eval
+    bases = lane_eval.evaluable(fn, sorted({a.base for a in accesses}), info)
+    guards = lane_eval.evaluable(fn, sorted({a.guard for a in accesses if a.guard}), info)
+    known = set(bases)
+    usable = [a for a in accesses if a.base in known]
+    if len({a.base for a in usable}) < 2:
+        return {}
+    code = lane_eval.backward_slice(fn, bases + guards, info)
+    key = (tuple(i.render() for i in code),
+           tuple((a.base, a.offset, a.ins.pred) for a in accesses), tuple(bases),
+           tuple(guards), launch.grid, launch.block)
+    if key in _CACHE:
+        return _CACHE[key]
+    position = {id(a): k for k, a in enumerate(accesses)}
+    # per B, the earlier accesses (other address registers) still possible, with their c
+    alive: dict[int, dict[int, int | None]] = {
+        position[id(b)]: {position[id(a)]: None for a in usable[:j] if a.base != b.base}
+        for j, b in enumerate(usable)}
+    for chunk in lane_eval.evaluate(fn, bases + guards, launch.grid, launch.block, info=info):
+        for b_at, candidates in alive.items():
+            b = accesses[b_at]
+            if not isinstance(chunk[b.base], lane_eval.Pointer):
+                candidates.clear()  # an address not made from a pointer parameter
+                continue
+            where = np.ones(len(chunk[b.base].offset), dtype=bool)
+            if b.guard in chunk:
+                where = np.asarray(chunk[b.guard])
+                where = ~where if b.ins.pred.startswith("@!") else where
+            if not where.any():
+                continue
+            b_addr = chunk[b.base].offset[where] + b.offset
+            for a_at, c in list(candidates.items()):
+                a = chunk[accesses[a_at].base]
+                if not isinstance(a, lane_eval.Pointer):
+                    del candidates[a_at]
+                    continue
+                diff = b_addr - a.offset[where]
+                first = int(diff[0])
+                if (a.param != chunk[b.base].param or not np.all(diff == first)
+                        or (c is not None and c != first) or not -_LIMIT <= first < _LIMIT):
+                    del candidates[a_at]
+                else:
+                    candidates[a_at] = first
+        if not any(alive.values()):
+            break
+    proven = {b: min(c.items()) for b, c in alive.items()
+              if c and min(c.items())[1] is not None}
+    if len(_CACHE) >= _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = proven
+    return proven
+
+
+def rebase(fn: Function, launch) -> int:
+    """Rebase ``fn``'s provably constant-distance accesses for ``launch``; how many."""
+    stop = next((i for i, line in enumerate(fn.body) if isinstance(line.stmt, Instruction)
+                 and line.stmt.op in _FLOW), len(fn.body))
+    accesses = _accesses(fn, stop)
+    if len(accesses) < 2:
+        return 0
+    from genomes import lane_eval
+
+    try:
+        proven = _proven(fn, PointerInfo(fn), accesses, launch)
+    except lane_eval.Unsupported as why:
+        raise NotApplicable(f"the accesses' addresses cannot be evaluated: {why}") from None
+    for b_at, (a_at, c) in proven.items():
+        b, a = accesses[b_at], accesses[a_at]
+        line = fn.body[b.index]
+        operands = tuple(Address(a.base, c).render() if o.strip().startswith("[") else o
+                         for o in b.ins.operands)
+        fn.body[b.index] = Line(b.ins.with_(operands=operands), line.before, line.after)
+    return len(proven)
+
+
+def apply(module: Module, launch) -> int:
+    """Rebase the launched entry's provably constant-distance accesses; how many."""
+    entry = launched_entry(module, launch)
+    if isinstance(entry, str):
+        raise NotApplicable(entry)
+    return rebase(entry, launch)
+
+
+TRANSFORM = Transform(
+    name="addr_rebase",
+    group="addr_rebase",
+    summary="address global loads and stores as an earlier access's address plus a "
+            "constant, where evaluating the index arithmetic for every thread of the launch "
+            "shows the distance constant (Triton's per-element address arithmetic left dead)",
+    applies_when="before any branch, a global access whose address, on every thread of the "
+                 "launch that makes it, lies a constant 32-bit distance from an earlier "
+                 "access's address into the same pointer parameter",
+    params=(),
+    apply=apply,
+    reads_launch=True,
+)
