@@ -269,7 +269,8 @@ def apply_genome(baseline: str | ptx_model.Module, genome: Genome,
             continue
         if changes:
             module, launch = trial, new_launch
-            pinned = pinned or (gene.transform if transform.reads_launch else None)
+            pins = transform.reads_launch or transform.pins_launch
+            pinned = pinned or (gene.transform if pins else None)
             outcomes.append(GeneOutcome(gene, "applied", changes))
         else:
             outcomes.append(GeneOutcome(gene, "no-op", detail="nothing to change"))

@@ -58,6 +58,18 @@ _FRESH = "%evif_p"
 _VALUE = {16: "%evif_h", 32: "%evif_w", 64: "%evif_d"}
 
 
+def exit_labels(fn) -> frozenset[str]:
+    """Labels that only return (the bounds check's target): not branches to if-convert."""
+    exits, body = set(), fn.body
+    for i, line in enumerate(body):
+        if isinstance(line.stmt, Label):
+            nxt = next((ln.stmt for ln in body[i + 1:] if isinstance(ln.stmt, Instruction)),
+                       None)
+            if nxt is not None and nxt.op == "ret" and not nxt.pred:
+                exits.add(line.stmt.name)
+    return frozenset(exits)
+
+
 def if_convert(fn: Function, start: int = 0, keep: frozenset[str] = frozenset()) -> int:
     """Convert every qualifying triangle and diamond after line ``start`` in place (module
     docstring), but never a branch to a label in ``keep``; returns how many."""

@@ -143,17 +143,56 @@ def group_combinations(alphabet: list[Gene] | None = None):
         yield Genome(tuple(g for g in combo if g is not None))
 
 
+def changes_kernel(module, gene: Gene, launch=None) -> bool:
+    """Whether ``gene`` changes the kernel (its PTX or launch) applied alone or, for a
+    transform with ``enabled_by``, applied after one of those genes."""
+    from genomes.genome import apply_genome
+
+    if apply_genome(module, Genome((gene,)), launch).changed:
+        return True
+    for name in transforms.get(gene.transform).enabled_by:
+        after = apply_genome(module, Genome((Gene.make(name), gene)), launch)
+        if after.outcomes[-1].status == "applied":
+            return True
+    return False
+
+
+def seed_order(genes) -> list[Gene]:
+    """``genes`` in an order where each can apply, for a seed that puts several new genes
+    together: a gene whose transform enables another of them first (``fast_sincos``
+    before ``coarsen_tile``), then the rest, then those that pin the launch they leave
+    (``coarsen_tile``), then those that read it (a proof made for that launch); stable
+    otherwise."""
+    names = {g.transform for g in genes}
+
+    def rank(gene: Gene) -> int:
+        t = transforms.get(gene.transform)
+        if any(gene.transform in transforms.get(n).enabled_by for n in names):
+            return 0
+        return 3 if t.reads_launch else 2 if t.pins_launch else 1
+
+    return sorted(genes, key=rank)
+
+
+def one_per_group(genes) -> list[Gene]:
+    """The first of ``genes`` in each conflict group, or the transform's default gene where
+    it is among them (a group's genes replace each other: one is all a seed can use)."""
+    chosen: dict[str, Gene] = {}
+    for gene in genes:
+        t = transforms.get(gene.transform)
+        group = t.group or t.name
+        default = Gene.make(t.name, **{p.name: p.default for p in t.params}) == gene
+        if group not in chosen or default:
+            chosen[group] = gene
+    return list(chosen.values())
+
+
 def applicable(alphabet: list[Gene], baseline, launch=None) -> list[Gene]:
     """The genes of ``alphabet`` that change the baseline (its PTX or its launch) when
-    applied alone: the others are no-ops on this kernel, and a search that draws them
-    spends trials on the baseline again. ``baseline`` is PTX text or a parsed module."""
-    from genomes.genome import apply_genome
+    applied alone, or after a gene that enables them (``changes_kernel``): the others are
+    no-ops on this kernel, and a search that draws them spends trials on the baseline
+    again. ``baseline`` is PTX text or a parsed module."""
     from genomes.ptx import parse_shared
 
     module = parse_shared(baseline) if isinstance(baseline, str) else baseline  # copied by each apply
-    keep = []
-    for gene in alphabet:
-        applied = apply_genome(module, Genome((gene,)), launch)
-        if applied.changed:
-            keep.append(gene)
-    return keep
+    return [gene for gene in alphabet if changes_kernel(module, gene, launch)]

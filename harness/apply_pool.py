@@ -26,11 +26,13 @@ def apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: s
 
 
 def genes_changing(ptx_path: str, entry: str, genes: list[str], launch_json: dict) -> list[bool]:
-    """Whether each gene (inline text) changes the baseline alone (its PTX or launch)."""
+    """Whether each gene (inline text) changes the baseline alone (its PTX or launch), or
+    after a gene that enables it (``genomes.variation.changes_kernel``)."""
     from genomes.genome import parse_inline
+    from genomes.variation import changes_kernel
 
     module, launch = _baseline(ptx_path, entry), Launch.from_json(launch_json)
-    return [apply_genome(module, parse_inline(g), launch).changed for g in genes]
+    return [changes_kernel(module, parse_inline(g).genes[0], launch) for g in genes]
 
 
 def hidden_state_of(variant_ptx: str, ptx_path: str, entry: str) -> str | None:

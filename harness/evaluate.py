@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from genomes import ptx as ptx_model
 from genomes.genome import Applied, Genome, apply_genome
+from genomes.variation import changes_kernel
 from harness import record
 from harness.backends import Backend, Variant
 from harness.compile import ptx_hash
@@ -185,7 +186,7 @@ class Evaluator:
         pool = self._pool(len(genes))
         if pool is None:
             module = self._module(spec)
-            return [apply_genome(module, Genome((g,)), spec.launch).changed for g in genes]
+            return [changes_kernel(module, g, spec.launch) for g in genes]
         size = max(8, -(-len(genes) // self.apply_workers))
         chunks = [genes[i:i + size] for i in range(0, len(genes), size)]
         launch = spec.launch.to_json()

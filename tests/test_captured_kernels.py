@@ -18,7 +18,8 @@ CAPTURED = Path(__file__).parent / "data" / "captured"
 TEMPLATE = CAPTURED / "addmm_gelu.toml"
 WHAT = {"addmm_gelu": ("wgmma", "cp.async"), "embedding_backward": ("atom.global.gpu.relaxed.add.v4.f32",),
         "cat_transpose": ("ld.global.L1::evict_last.L2::cache_hint.b16",),
-        "rotary_llama": ("%__nv_cosf.exit", "%__nv_sinf.exit")}
+        "rotary_llama": ("%__nv_cosf.exit", "%__nv_sinf.exit"),
+        "rotary_llama_x2": ("%__nv_cosf.exit", "ld.global.b32")}
 
 
 @needs_ptxas

@@ -28,7 +28,7 @@ CAPTURED = Path(__file__).parent / "data" / "captured"
 
 
 @pytest.mark.parametrize("name", ["addmm_gelu", "embedding_backward", "cat_transpose",
-                                  "rotary_llama"])
+                                  "rotary_llama", "rotary_llama_x2"])
 def test_a_captured_kernel_and_each_transform_measured(name):
     spec = find_kernel(CAPTURED / f"{name}.toml")
     first = {}
@@ -48,9 +48,33 @@ def test_a_captured_kernel_and_each_transform_measured(name):
               and not transforms.get(g.transform).changes_results and "ptxas" not in m.reason}
     assert not broken, broken
     want = {"cat_transpose": "vec_ld_index",  # its 2-byte loads merged
-            "rotary_llama": "fast_sincos"}.get(name)  # within bf16's rounding of libdevice's
+            "rotary_llama": "fast_sincos", "rotary_llama_x2": "fast_sincos"}.get(name)  # within bf16's rounding of libdevice's
     if want:
         assert any(g.transform == want and m.valid for g, m in zip(genes, variants)), rejected
+
+
+@pytest.mark.parametrize("name, genomes", [
+    ("rotary_llama_x2", ["fast_sincos,coarsen_tile(k=2)", "fast_sincos,coarsen_tile(k=4)",
+                         "fast_sincos,coarsen_tile(k=8)"]),
+    ("rotary_llama", ["fast_sincos,addr_rebase", "fast_sincos,coarsen_tile(k=2)"]),
+    ("cat_transpose", ["coarsen_tile(k=2)", "addr_rebase,vec_ld_index"])])
+def test_coarsened_and_rebased_triton_kernels_pass_the_gate(name, genomes):
+    """Each thread doing 2-8 threads' work, accesses merged and rebased by launch-wide
+    proofs: the gate's fresh inputs agree with the baseline (within bf16's rounding of
+    libdevice's sin/cos where fast_sincos is in)."""
+    from genomes.genome import parse_inline
+
+    spec = find_kernel(CAPTURED / f"{name}.toml")
+    with gpu_evaluator(seed=7) as evaluator:
+        results = evaluator.evaluate(spec, [Genome()] + [parse_inline(g) for g in genomes])
+    base = results[0]
+    assert base.valid, base.reason
+    print(f"\n{name}: " + ", ".join(f"{g} {base.cycles / m.cycles:.3f}x" if m.valid else
+                                    f"{g} rejected: {m.reason}"
+                                    for g, m in zip(genomes, results[1:])))
+    for g, m in zip(genomes, results[1:]):
+        assert m.valid, f"{g}: {m.reason}"
+        assert all(o["status"] == "applied" for o in m.notes["genes"][-1:]), m.notes["genes"]
 
 
 def test_a_variant_of_a_kernel_adding_floats_atomically_passes_the_finalist_check():

@@ -98,7 +98,7 @@ def test_screening_measures_better_children():
         return [e["cycles"] for e in events
                 if e["type"] == "eval" and e["generation"] >= 2 and e.get("cycles")]
 
-    seeds = range(1, 17)
+    seeds = range(1, 33)
     plain = [c for s in seeds for c in children(1, s)]
     screened = [c for s in seeds for c in children(4, s)]
     print(f"mean cycles of the children measured over {len(seeds)} seeds: plain "

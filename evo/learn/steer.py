@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from genomes.errors import EvoError
 from genomes.genome import Genome, parse_inline
-from genomes.variation import random_gene
+from genomes.variation import one_per_group, random_gene, seed_order
 
 from evo.learn.priors import MIN_EFFECT, gene_key
 
-UNTRIED_SEED_MAX = 3  # untried genes that generation 1 puts on the first seed, at most
+UNTRIED_SEED_MAX = 5  # untried genes (one a group) that generation 1 puts on the first seed
 
 
 def seed_genomes(prior: dict | None, count: int, seen) -> list[Genome]:
@@ -72,11 +72,11 @@ def first_seed_with_untried(prior: dict | None, alphabet: list | None,
                             seeds: list[Genome]) -> Genome | None:
     """The genome with which generation 1 tries the untried genes: the first seed (or
     nothing) with them on top; None when none, or more than ``UNTRIED_SEED_MAX``, are."""
-    untried = untried_genes(prior, alphabet)
+    untried = one_per_group(untried_genes(prior, alphabet))  # one of coarsen_tile's ks
     if not untried or len(untried) > UNTRIED_SEED_MAX:
         return None
     top = seeds[0].genes if seeds else ()
-    return Genome(tuple(top) + tuple(untried)).effective()
+    return Genome(tuple(seed_order((*top, *untried)))).effective()
 
 
 def gene_drawer(prior: dict | None, rate: float, alphabet: list | None = None):

@@ -114,6 +114,14 @@ class Transform:
     ``apply(module, launch, **params)`` returns the changes; it is a no-op where no launch
     is known, and the launch it was applied with stays the variant's (``genomes.genome``).
 
+    A transform with ``pins_launch`` edits the launch and what it wrote holds for the new
+    launch only (a proof made for it): the genome keeps that launch, as after ``reads_launch``.
+
+    ``enabled_by`` names transforms whose genes (default parameters) may make this one
+    apply where it does not alone: libdevice's sin/cos (branches, local memory) keep
+    ``coarsen_tile`` out until ``fast_sincos`` replaces them. A search counts such a gene as
+    applicable (``genomes.variation.changes_kernel``) and seeds it after its enabler.
+
     A transform with ``changes_results`` may change what the kernel computes in the last
     bits (fast math: approximate instructions, flushed subnormals, fused mul+add), within
     the tolerance the gate allows; every other transform leaves the results bit for bit
@@ -128,6 +136,8 @@ class Transform:
     apply: Callable[..., Any]
     edits_launch: bool = False
     reads_launch: bool = False
+    pins_launch: bool = False
+    enabled_by: tuple[str, ...] = ()
     changes_results: bool = False
 
     def param(self, name: str) -> Param:

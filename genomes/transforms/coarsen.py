@@ -34,101 +34,17 @@ correctness gate checks each variant on the GPU all the same.
 
 from __future__ import annotations
 
-import re
-
-from genomes.if_convert import if_convert
+from genomes.if_convert import exit_labels, if_convert
 from genomes.launch import Launch
 from genomes.ptx import Address, Directive, Instruction, Label, Line, Module
+from genomes.thread_copies import PREFIX, Copy, FreshRegisters, Renamer
 from genomes.thread_index import (StraightBody, declared_registers, global_index,
-                                  one_d_index_kernel, register_type, straight_body)
+                                  one_d_index_kernel, straight_body)
 from genomes.transforms.base import NotApplicable, Param, Transform
 
 FACTORS = (2, 4, 8)
 FORMS = ("contiguous", "strided")
-_PREFIX = "%evc_"  # fresh registers: %evc_f32_0, ... (declared as %evc_f32_<N>)
 _LABEL = "$L__evc_"
-_MOVABLE = {"pred", "b16", "b32", "b64", "u16", "u32", "u64", "s16", "s32", "s64", "f32",
-            "f64"}
-_REG = re.compile(r"%[A-Za-z_$][\w$]*")
-
-
-class _Fresh:
-    """Fresh registers by type, declared at the end as ``.reg .T %evc_T_<N>``."""
-
-    def __init__(self):
-        self.counts: dict[str, int] = {}
-
-    def reg(self, type_: str) -> str:
-        n = self.counts.get(type_, 0)
-        self.counts[type_] = n + 1
-        return f"{_PREFIX}{type_}_{n}"
-
-    def declarations(self) -> list[Line]:
-        return [Line(Directive(f".reg .{t} \t{_PREFIX}{t}_<{n}>;"))
-                for t, n in sorted(self.counts.items())]
-
-
-class _Copy:
-    """One copy of a thread's work: the current name of each original register."""
-
-    def __init__(self, names: dict[str, str]):
-        self.names = dict(names)
-
-    def clone(self) -> _Copy:
-        return _Copy(self.names)
-
-
-class _Renamer:
-    def __init__(self, fn, fresh: _Fresh, head_end: int):
-        self.declared = declared_registers(fn)
-        self.fresh = fresh
-        # registers the lines kept above the new body write (parameters, %tid, ...)
-        self.head = {r for ln in fn.body[:head_end] if isinstance(ln.stmt, Instruction)
-                     for r in ln.stmt.defs()}
-
-    def type_of(self, reg: str) -> str:
-        t = register_type(reg, self.declared)
-        if t is None or t not in _MOVABLE:
-            raise NotApplicable(f"register {reg} has no declared type evo can copy")
-        return t
-
-    def rename(self, ins: Instruction, copy: _Copy, out: list,
-               address: Address | None = None) -> None:
-        """Append ``ins`` as ``copy`` runs it to ``out``: reads use the copy's names,
-        writes go to fresh registers (a guarded write first copies the old value in, so
-        that a write that does not happen leaves it). ``address`` replaces the memory
-        operand."""
-        def read(text: str) -> str:
-            return _REG.sub(lambda m: copy.names.get(m.group(0), m.group(0)), text)
-
-        defs = ins.defs()
-        pred = None
-        if ins.pred:
-            bang = "@!" if ins.pred.startswith("@!") else "@"
-            pred = bang + copy.names.get(ins.pred.lstrip("@!"), ins.pred.lstrip("@!"))
-        operands = list(ins.operands)
-        start = 1 if defs else 0
-        for i in range(start, len(operands)):
-            if address is not None and operands[i].strip().startswith("["):
-                operands[i] = address.render()
-            else:
-                operands[i] = read(operands[i])
-        if defs:
-            # Every write goes to a fresh register, never over an earlier one: another
-            # copy may still read this copy's earlier value (a moved address reads copy
-            # 0's registers), and one definition per register keeps alignment provable.
-            target: dict[str, str] = {}
-            for reg in defs:
-                new = self.fresh.reg(self.type_of(reg))
-                # a write that may not happen keeps the value before it, if there is one
-                # (if-converted blocks write registers first under a guard)
-                if ins.pred and (reg in copy.names or reg in self.head):
-                    out.append(Instruction(f"mov.{self.type_of(reg)}",
-                                           (new, copy.names.get(reg, reg))))
-                target[reg] = new
-            operands[0] = _REG.sub(lambda m: target.get(m.group(0), m.group(0)), operands[0])
-            copy.names.update(target)
-        out.append(ins.with_(operands=tuple(operands), pred=pred))
 
 
 def _affine_step(ins: Instruction, coef: dict) -> object:
@@ -187,8 +103,8 @@ def _imm(operand: str) -> int | None:
 
 def _coarsened(fn, shape: StraightBody, k: int, form: str) -> tuple[list[Line], list[Line]]:
     """(register declarations, the new lines between G's definition and the exit block)."""
-    fresh = _Fresh()
-    renamer = _Renamer(fn, fresh, shape.index.def_line)
+    fresh = FreshRegisters()
+    renamer = Renamer(fn, fresh, shape.index.def_line)
     G = shape.index.reg
     body = [fn.body[i].stmt for i in shape.body]
     mid = [fn.body[i].stmt for i in shape.mid]
@@ -206,7 +122,7 @@ def _coarsened(fn, shape: StraightBody, k: int, form: str) -> tuple[list[Line], 
                             (total, ntid, nctaid)),
                 Instruction(f"mov.b{bits}", (gs[0], G))]
         out += [Instruction(f"add.s{bits}", (gs[j], gs[j - 1], total)) for j in range(1, k)]
-    copies = [_Copy({G: g}) for g in gs]
+    copies = [Copy({G: g}) for g in gs]
     for c in copies:  # each copy's bounds check
         for ins in mid:
             renamer.rename(ins, c, out)
@@ -252,28 +168,16 @@ def _coarsened(fn, shape: StraightBody, k: int, form: str) -> tuple[list[Line], 
     return fresh.declarations(), lines
 
 
-def _exit_labels(fn) -> frozenset[str]:
-    """Labels that only return (the bounds check's target): not branches to if-convert."""
-    exits, body = set(), fn.body
-    for i, line in enumerate(body):
-        if isinstance(line.stmt, Label):
-            nxt = next((ln.stmt for ln in body[i + 1:] if isinstance(ln.stmt, Instruction)),
-                       None)
-            if nxt is not None and nxt.op == "ret" and not nxt.pred:
-                exits.add(line.stmt.name)
-    return frozenset(exits)
-
-
 def apply(module: Module, launch: Launch, k: int, form: str) -> tuple[int, Launch]:
     found = one_d_index_kernel(module, launch)
     if isinstance(found, str):
         raise NotApplicable(found)
     fn, index = found
-    if any(name.startswith(_PREFIX) for name in declared_registers(fn)):
+    if any(name.startswith(PREFIX) for name in declared_registers(fn)):
         raise NotApplicable("already coarsened")
     # short branches (libdevice's, early returns, if/else) become predication, the bounds
     # check's branch to the exit block excepted (genomes.if_convert)
-    if if_convert(fn, index.def_line + 1, _exit_labels(fn)):
+    if if_convert(fn, index.def_line + 1, exit_labels(fn)):
         index = global_index(fn)  # lines moved (the new predicates' declaration)
         if isinstance(index, str):
             raise NotApplicable(index)
