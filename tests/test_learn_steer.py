@@ -7,7 +7,8 @@ from __future__ import annotations
 import random
 
 from evo.config import Config
-from evo.learn.steer import favoured_genes, gene_drawer, seed_genomes, untried_genes
+from evo.learn.steer import (favoured_genes, gene_drawer, seed_genomes, seeds_with_untried,
+                             untried_genes)
 from conftest import measuring
 from evo.driver import MemoryLedger
 from evo.search import new_checkpoint, search_kernel
@@ -101,6 +102,23 @@ def test_genes_no_kernel_of_the_prior_measured_are_untried():
     rng = random.Random(2)
     drawn = [str(draw(rng)) for _ in range(3000)]
     assert 0.25 < drawn.count("warp_tail") / len(drawn) < 0.42
+
+
+def test_untried_genes_that_change_the_launch_get_a_seed_without_them_too():
+    """A coarsened launch hides what the other new genes do (a kernel already of 8
+    elements a thread ran slower coarsened): generation 1 gets both seeds."""
+    alphabet = [parse_inline(t).genes[0] for t in ("fast_sincos", "addr_rebase",
+                                                   "coarsen_tile(k=2)", "coarsen_tile(k=4)",
+                                                   "vec_ld(width=4)")]
+    prior = dict(PRIOR, evidence={"vec_ld(width=4)": 1.0})
+    got = seeds_with_untried(prior, alphabet, [parse_inline("vec_ld(width=4)")])
+    assert [str(g) for g in got] == [
+        "fast_sincos,vec_ld(width=4),coarsen_tile(k=4),addr_rebase",  # enabler first
+        "vec_ld(width=4),fast_sincos,addr_rebase"]
+    assert seeds_with_untried(prior, alphabet[:2] + alphabet[4:], []) == [
+        parse_inline("fast_sincos,addr_rebase")]  # nothing changes the launch: one seed
+    many = dict(PRIOR, evidence={})
+    assert seeds_with_untried(many, [g for g in gene_alphabet()], []) == []  # a thin prior
 
 
 def test_generation_one_tries_an_untried_gene_on_the_first_seed():

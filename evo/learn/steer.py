@@ -14,7 +14,7 @@ steered gene draw for mutation.
   never tried by the H100 searches the shipped priors come from, and a prior that knows
   only what helped elsewhere would starve it). They get the benefit of the doubt: the
   steered draw weighs each like the mean favoured gene, and evolve's first generation
-  tries them on top of the prior's first seed (``first_seed_with_untried``; not when
+  tries them on top of the prior's first seed (``seeds_with_untried``; not when
   more than ``UNTRIED_SEED_MAX`` are untried: then the prior is thin, not the genes new).
 """
 
@@ -68,15 +68,25 @@ def untried_genes(prior: dict | None, alphabet: list | None) -> list:
     return [g for g in alphabet if gene_key(g) not in evidence]
 
 
-def first_seed_with_untried(prior: dict | None, alphabet: list | None,
-                            seeds: list[Genome]) -> Genome | None:
-    """The genome with which generation 1 tries the untried genes: the first seed (or
-    nothing) with them on top; None when none, or more than ``UNTRIED_SEED_MAX``, are."""
+def seeds_with_untried(prior: dict | None, alphabet: list | None,
+                       seeds: list[Genome]) -> list[Genome]:
+    """The genomes with which generation 1 tries the untried genes: the first seed (or
+    nothing) with them on top (one gene a group, in ``seed_order``), and where some of
+    them change the launch, the same without those (a coarsened launch hides what the
+    others do: Llama's rotary kernel of 8 elements a thread, coarsened by 4, ran 1.6x
+    slower than with ``fast_sincos,addr_rebase`` alone); none when none, or more than
+    ``UNTRIED_SEED_MAX``, are untried."""
+    from genomes import transforms
+
     untried = one_per_group(untried_genes(prior, alphabet))  # one of coarsen_tile's ks
     if not untried or len(untried) > UNTRIED_SEED_MAX:
-        return None
+        return []
     top = seeds[0].genes if seeds else ()
-    return Genome(tuple(seed_order((*top, *untried)))).effective()
+    out = [Genome(tuple(seed_order((*top, *untried)))).effective()]
+    keeps = [g for g in untried if not transforms.get(g.transform).edits_launch]
+    if keeps and len(keeps) < len(untried):
+        out.append(Genome(tuple(seed_order((*top, *keeps)))).effective())
+    return out
 
 
 def gene_drawer(prior: dict | None, rate: float, alphabet: list | None = None):

@@ -92,7 +92,7 @@ from genomes.variation import (crossover_one_point, crossover_uniform, mutate, r
                                random_genome)
 
 from evo.learn.cost import screen_genomes
-from evo.learn.steer import first_seed_with_untried, gene_drawer, seed_genomes
+from evo.learn.steer import gene_drawer, seed_genomes, seeds_with_untried
 from evo.options import opt
 
 RETRIES = 4  # extra mutations to turn an already-seen child into a new genome
@@ -291,9 +291,10 @@ def _first_generation(tb: base.Toolbox, search, generation: int) -> list[Individ
         every = len((search.prior or {}).get("seeds", []))  # in one batch of ptxas runs
         search.look_up_codes(seed_genomes(search.prior, every, lambda g: False))
     seeds = seed_genomes(search.prior, places, lambda g: not _is_new(g, genomes, search))
-    untried = first_seed_with_untried(search.prior, search.draw_from(), seeds)
-    if untried is not None and untried not in seeds and not search.seen(untried):
-        seeds = seeds[:places - 1] + [untried]  # it takes the last seed's place
+    untried = [g for g in seeds_with_untried(search.prior, search.draw_from(), seeds)
+               if g not in seeds and not search.seen(g)][:max(places - 1, 1)]
+    if untried:  # they take the last seeds' places
+        seeds = seeds[:max(places - len(untried), 0)] + untried
     genomes += seeds
     drawn = [tb.individual() for _ in range(pop_size - len(genomes))]
     genomes += [ind.genome for ind in _novel(drawn, search, tb, before=genomes)]

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from genomes.genome import Genome, parse_inline
 
 from evo.learn.priors import expected_gain, gene_key
-from evo.learn.steer import first_seed_with_untried, seed_genomes
+from evo.learn.steer import seed_genomes, seeds_with_untried
 from evo.options import opt
 
 FAILED = -1.0  # the reward of a variant that failed its check (or was not measured)
@@ -182,7 +182,7 @@ def _seeds(search, opts) -> list[Genome]:
     ``prior_seeds`` and ``pop - 1``, each of a machine code neither the baseline's nor
     another seed's (one batch of ptxas runs decides); as in evolve's generation 1, the
     genes no kernel of the prior was measured with go on top of the first seed, in the
-    last seed's place (``steer.first_seed_with_untried``: warp_tail, which the reductions
+    last seed's place (``steer.seeds_with_untried``: warp_tail, which the reductions
     gain from, would otherwise wait behind every gene the prior knows)."""
     count = min(opts.prior_seeds, search.config.run.pop - 1)
     if not search.prior or count < 1:
@@ -195,11 +195,12 @@ def _seeds(search, opts) -> list[Genome]:
         if code not in codes and len(out) < count:
             codes.add(code)
             out.append(seed)
-    untried = first_seed_with_untried(search.prior, search.draw_from(), out)
-    if untried is not None and untried not in out:
-        search.look_up_codes([untried])
-        if search.code_key(untried) not in codes:
-            out = out[:count - 1] + [untried]
+    untried = [g for g in seeds_with_untried(search.prior, search.draw_from(), out)
+               if g not in out]
+    search.look_up_codes(untried)
+    untried = [g for g in untried if search.code_key(g) not in codes][:max(count - 1, 1)]
+    if untried:  # they take the last seeds' places
+        out = out[:max(count - len(untried), 0)] + untried
     return out
 
 
