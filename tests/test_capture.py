@@ -387,6 +387,20 @@ def test_the_round_trip_says_which_package_its_model_needs(tmp_path, capsys):
     assert not (tmp_path / "capture").exists()
 
 
+def test_the_round_trip_will_not_run_into_an_earlier_run(tmp_path, capsys):
+    """An --out whose run folder holds a run: a usage error before the capture, no
+    traceback after it (a second round trip into the same folder, as on a warm machine)."""
+    from evo.model import roundtrip
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "meta.json").write_text("{}")
+    with pytest.raises(SystemExit) as stop:
+        roundtrip.main(["--out", str(tmp_path)])
+    assert stop.value.code == 2
+    assert "already holds a run; pass another --out" in capsys.readouterr().err
+    assert not (tmp_path / "capture").exists()
+
+
 def test_roundtrip_says_each_steps_seconds():
     """The round trip's job line: each step's own seconds, in order, their sum, and which
     GPUs searched."""

@@ -60,6 +60,9 @@ def main(argv=None) -> int:
     from evo.model.verify import report, verify
 
     out = Path(args.out)
+    if (out / "run").is_dir() and any((out / "run").iterdir()):  # said before the capture
+        parser.exit(2, f"evo.model.roundtrip: {out / 'run'} already holds a run; pass "
+                       "another --out\n")
     try:
         step, inputs = _model(args, examples)
     except ModuleNotFoundError as err:  # torch, torchvision or transformers missing here
