@@ -110,8 +110,8 @@ def windows(loads: list[Access]) -> list[tuple[int, int]]:
 
 
 def proven(fn: Function, info: PointerInfo, loads: list[Access], runs, launch) -> frozenset:
-    """The runs (``windows``) whose accesses are consecutive and aligned on every thread of ``launch``
-    where their guard holds (all threads where the guard cannot be evaluated)."""
+    """The runs (``windows``) whose accesses are consecutive and aligned on every thread
+    of ``launch`` where their guard holds (all threads where it cannot be evaluated)."""
     import numpy as np  # only where the gene is applied: genomes imports need no NumPy
 
     from genomes import lane_eval
@@ -133,10 +133,11 @@ def proven(fn: Function, info: PointerInfo, loads: list[Access], runs, launch) -
             members = loads[start:start + n]
             first = chunk[members[0].base]
             threads = len(first.offset)
-            mask = _where(chunk, members[0].ins.pred, threads)
+            mask = guard_mask(chunk, members[0].ins.pred, threads)
             # another guard register must hold the same value on every thread
             ok = all(m.ins.pred == members[0].ins.pred or (
-                mask is not None and np.array_equal(_where(chunk, m.ins.pred, threads), mask))
+                mask is not None
+                and np.array_equal(guard_mask(chunk, m.ins.pred, threads), mask))
                 for m in members[1:])
             if mask is None:
                 mask = np.ones(threads, dtype=bool)  # not evaluable: every thread
@@ -159,7 +160,15 @@ def proven(fn: Function, info: PointerInfo, loads: list[Access], runs, launch) -
     return proven
 
 
-def _where(chunk: dict, pred: str | None, threads: int):
+def head_end(fn: Function) -> int:
+    """The body index of the function's first branch, call or return: its straight-line
+    head (where a register defined before an access holds on every thread reaching it)
+    ends there."""
+    return next((i for i, line in enumerate(fn.body) if isinstance(line.stmt, Instruction)
+                 and line.stmt.op in _FLOW), len(fn.body))
+
+
+def guard_mask(chunk: dict, pred: str | None, threads: int):
     """The threads on which a guard ``@%p``/``@!%p`` holds (all for no guard), or None
     where its register was not evaluated."""
     import numpy as np
@@ -242,8 +251,7 @@ def _store_lines(members: list[Access], temps: list[str], head: list[str], addre
 def merge(fn: Function, launch, op: str = "ld") -> int:
     """Merge ``fn``'s provably consecutive global loads (``op`` "ld") or stores ("st")
     for ``launch`` (see the module's rule); how many vector accesses."""
-    stop = next((i for i, line in enumerate(fn.body) if isinstance(line.stmt, Instruction)
-                 and line.stmt.op in _FLOW), len(fn.body))
+    stop = head_end(fn)
     info = PointerInfo(fn)
     loads = candidates(fn, info, stop, op)
     found = windows(loads)

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from genomes.ptx import Directive, Function, Instruction, Label, Other
 
 INDEX_SOURCES = ("%ctaid.x", "%ntid.x", "%tid.x")
-COLLECTIVES = frozenset("bar barrier shfl vote match redux activemask elect mbarrier "
+_COLLECTIVES = frozenset("bar barrier shfl vote match redux activemask elect mbarrier "
                          "call wgmma cp griddepcontrol setmaxnreg".split())
 _DECL = re.compile(r"\.reg\s+\.(\w+)\s+(.+?);", re.S)
-SPECIAL_REGISTER = re.compile(r"%(?:tid|ntid|ctaid|nctaid|laneid|warpid|nwarpid|smid|nsmid|gridid|"
+_SPECIAL = re.compile(r"%(?:tid|ntid|ctaid|nctaid|laneid|warpid|nwarpid|smid|nsmid|gridid|"
                       r"lanemask_\w+|clock|clock64|clock_hi|envreg\d+|globaltimer\w*|cluster\w*|"
                       r"is_explicit_cluster|dynamic_smem_size|total_smem_size|"
                       r"reserved_smem\w*|pm\d+\w*|aggr_smem_size|current_graph_exec)"
@@ -96,6 +96,19 @@ def _instructions(fn: Function) -> list[tuple[int, Instruction]]:
     return [(i, ln.stmt) for i, ln in enumerate(fn.body) if isinstance(ln.stmt, Instruction)]
 
 
+def works_together(ins: Instruction, allowed, beyond: str) -> str | None:
+    """Why ``ins`` ties a thread to others (a collective, shared memory) or to the launch
+    beyond the special registers ``allowed`` (described as ``beyond``), or None."""
+    if ins.op in _COLLECTIVES:
+        return f"uses {ins.op} (threads of a block or warp work together)"
+    if ins.space == "shared" or any(".shared" in o for o in ins.operands):
+        return "uses shared memory (threads of a block work together)"
+    for special in _SPECIAL.findall(" ".join(ins.operands)):
+        if special not in allowed:
+            return f"reads {special} (depends on the launch beyond {beyond})"
+    return None
+
+
 def global_index(fn: Function) -> GlobalIndex | str:
     """The function's GlobalIndex, or a one-line reason why its threads may depend on
     the launch in other ways (see the module docstring)."""
@@ -106,13 +119,9 @@ def global_index(fn: Function) -> GlobalIndex | str:
     code = _instructions(fn)
     source_of: dict[str, str] = {}  # register -> special register it was mov'ed from
     for _, ins in code:
-        if ins.op in COLLECTIVES:
-            return f"uses {ins.op} (threads of a block or warp work together)"
-        if ins.space == "shared" or any(".shared" in o for o in ins.operands):
-            return "uses shared memory (threads of a block work together)"
-        for special in SPECIAL_REGISTER.findall(" ".join(ins.operands)):
-            if special not in INDEX_SOURCES:
-                return f"reads {special} (depends on the launch beyond one global index)"
+        why = works_together(ins, INDEX_SOURCES, "one global index")
+        if why:
+            return why
         if ins.op == "mov" and len(ins.operands) == 2 and ins.operands[1].strip() in INDEX_SOURCES:
             source_of[ins.operands[0].strip()] = ins.operands[1].strip()
 
@@ -271,4 +280,4 @@ def _pure(ins: Instruction) -> bool:
 
     if ins.op == "ld":
         return ins.space == "param"
-    return effect(ins) == "alu" and ins.op not in COLLECTIVES
+    return effect(ins) == "alu" and ins.op not in _COLLECTIVES

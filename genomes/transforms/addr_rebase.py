@@ -27,12 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from genomes.lane_merge import guard_mask, head_end
 from genomes.launch import launched_entry
 from genomes.memory import PointerInfo, effect
 from genomes.ptx import Address, Function, Instruction, Line, Module
 from genomes.transforms.base import NotApplicable, Transform
 
-_FLOW = frozenset({"bra", "brx", "call", "ret", "exit"})
 _CACHE: dict[tuple, dict] = {}  # proofs by (slice, accesses, launch): seconds each to redo
 _CACHE_SIZE = 64
 _LIMIT = 1 << 31  # a PTX address offset is a signed 32-bit immediate
@@ -89,10 +89,10 @@ def _proven(fn: Function, info: PointerInfo, accesses: list[_Access], launch) ->
             if not isinstance(chunk[b.base], lane_eval.Pointer):
                 candidates.clear()  # an address not made from a pointer parameter
                 continue
-            where = np.ones(len(chunk[b.base].offset), dtype=bool)
-            if b.guard in chunk:
-                where = np.asarray(chunk[b.guard])
-                where = ~where if b.ins.pred.startswith("@!") else where
+            threads = len(chunk[b.base].offset)
+            where = guard_mask(chunk, b.ins.pred, threads)
+            if where is None:  # a guard not evaluated: every thread must agree
+                where = np.ones(threads, dtype=bool)
             if not where.any():
                 continue
             b_addr = chunk[b.base].offset[where] + b.offset
@@ -120,9 +120,7 @@ def _proven(fn: Function, info: PointerInfo, accesses: list[_Access], launch) ->
 
 def rebase(fn: Function, launch) -> int:
     """Rebase ``fn``'s provably constant-distance accesses for ``launch``; how many."""
-    stop = next((i for i, line in enumerate(fn.body) if isinstance(line.stmt, Instruction)
-                 and line.stmt.op in _FLOW), len(fn.body))
-    accesses = _accesses(fn, stop)
+    accesses = _accesses(fn, head_end(fn))
     if len(accesses) < 2:
         return 0
     from genomes import lane_eval

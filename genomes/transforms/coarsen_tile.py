@@ -36,7 +36,7 @@ from genomes.if_convert import exit_labels, if_convert
 from genomes.launch import Launch, launched_entry
 from genomes.ptx import Directive, Instruction, Line, Module
 from genomes.thread_copies import PREFIX, Copy, FreshRegisters, Renamer
-from genomes.thread_index import COLLECTIVES, SPECIAL_REGISTER, declared_registers
+from genomes.thread_index import declared_registers, works_together
 from genomes.transforms.base import NotApplicable, Param, Transform
 
 FACTORS = (2, 4, 8)
@@ -58,15 +58,13 @@ def _refusal(fn, launch: Launch, k: int) -> str | None:
     if any(name.startswith(PREFIX) for name in declared_registers(fn)):
         return "already coarsened"
     for ins in fn.instructions():
-        if ins.op in COLLECTIVES:
-            return f"uses {ins.op} (threads of a block or warp work together)"
+        why = works_together(ins, _READ, "tid.x, ctaid.x and ntid.x")
+        if why:
+            return why
         if ins.op in _SPACES and ins.space not in _SPACES[ins.op]:
             return f"{ins.opcode} is not a global access (copies would share that memory)"
-        if any(".shared" in o or ".local" in o for o in ins.operands):
-            return "uses shared or local memory"
-        for special in SPECIAL_REGISTER.findall(" ".join(ins.operands)):
-            if special not in _READ:
-                return f"reads {special}"
+        if any(".local" in o for o in ins.operands):
+            return "uses local memory (copies would share it)"
     return None
 
 
