@@ -39,14 +39,27 @@ def test_the_plan_installs_what_changed_the_code_and_says_why_not_for_the_rest(t
     _best(tmp_path, specs[0], "maxnreg(n=32)")
     _best(tmp_path, specs[1], "")  # the baseline stayed best
     _best(tmp_path, specs[2], "maxnreg(n=32)", grid=[64, 1, 1])  # as coarsen would
+    _best(tmp_path, specs[3], "maxnreg(n=32)", grid=[384, 1, 1])  # 512 / 384: no factor
+    _best(tmp_path, specs[4], "maxnreg(n=32)")
+    launch = json.loads((tmp_path / "best" / f"{specs[4].name}.launch.json").read_text())
+    (tmp_path / "best" / f"{specs[4].name}.launch.json").write_text(
+        json.dumps(launch | {"grid": [64, 1, 1], "block": [256, 1, 1]}))  # as block would
     choices = {c.name: c for c in plan(DECODER, tmp_path)}
     first = choices[specs[0].name]
     assert first.cubin and first.cubin[:4] == b"\x7fELF" and first.genome == "maxnreg(n=32)"
     assert first.scalars == {a["name"]: a["value"] for a in kernels[0]["launch"]["args"]
                              if not a["type"].startswith("*")}
     assert choices[specs[1].name].reason == "the baseline stayed best"
-    assert "changes the launch" in choices[specs[2].name].reason
-    assert all(choices[s.name].reason == "not evolved in this run" for s in specs[3:])
+    assert first.grid_divisor == (1, 1, 1)
+    shrunk = choices[specs[2].name]  # Inductor's grid, divided by 2 as it launches
+    assert shrunk.cubin and shrunk.grid_divisor == (2, 1, 1) and shrunk.reason == ""
+    assert choices[specs[3].name].cubin is None
+    assert choices[specs[3].name].reason == ("its genome changes the grid (512, 1, 1) -> "
+                                            "(384, 1, 1), not by a whole factor")
+    assert choices[specs[4].name].cubin is None
+    assert choices[specs[4].name].reason.startswith(
+        "its genome changes the block ((128, 1, 1) -> (256, 1, 1)), which the program's")
+    assert len(specs) == 5
     checkpoint = {"kernels": {specs[0].name: {"known": {'{"genes": []}': {
         "valid": False, "reason": "wrong result: 9 of 9 elements differ"}}}}}
     (tmp_path / "checkpoint.json").write_text(json.dumps(checkpoint))
@@ -251,7 +264,7 @@ class _Finder:
 
     @staticmethod
     def make(names):
-        from evo.model.install import Choice, Installed
+        from evo.model.install import Choice, Installed, Swap
 
         class Finder(Installed):
             prepared: list = []
@@ -264,7 +277,7 @@ class _Finder:
                 if name == "bad":
                     raise RuntimeError("no CUfunction")
                 holder = {"function": f"{name}-own"}
-                return holder, "function", f"{name}-own", f"{name}-evolved", name
+                return Swap(name, [(holder, "function", f"{name}-own", f"{name}-evolved")])
 
         return Finder([Choice(n, n, "sha", {}, cubin=b"x") for n in names])
 
@@ -276,15 +289,16 @@ def test_the_finder_prepares_a_launcher_once_records_refusals_and_swaps_while_en
     finder._look(good, ())
     finder._look(bad, ())
     entry = finder.entry_for(good, ())
+    holder = entry.items[0][0]
     assert type(finder).prepared == ["good", "bad"]  # each launcher once
-    assert entry[0]["function"] == "good-evolved" and finder.swapped == {"good": True}
+    assert holder["function"] == "good-evolved" and finder.swapped == {"good": True}
     assert finder.refused == {"bad": "RuntimeError: no CUfunction"}
     assert finder.entry_for(bad, ()) is None
     assert "good: evolved code" in finder.describe()
     assert "bad: its own code (could not swap: RuntimeError: no CUfunction)" in finder.describe()
     assert "later: its own code (not launched with its captured code and sizes yet)" in finder.describe()
     finder.disable()
-    assert entry[0]["function"] == "good-own" and finder.swapped == {"good": False}
+    assert holder["function"] == "good-own" and finder.swapped == {"good": False}
 
 
 def test_a_kernel_not_found_says_whether_its_code_or_its_sizes_differed():
@@ -309,12 +323,13 @@ def test_verify_puts_the_evolved_code_in_once_and_takes_it_out_at_the_end():
     check.finder = _Finder.make(["good"])
     good = _Autotuner("good")
     entry = check._entry(good, ())
-    assert entry[0]["function"] == "good-evolved"
-    entry[0]["function"] = "good-own"  # as _twice/_timed leave it between launches
-    assert check._entry(good, ()) is entry and entry[0]["function"] == "good-own"  # not again
+    holder = entry.items[0][0]
+    assert holder["function"] == "good-evolved"
+    holder["function"] = "good-own"  # as _twice/_timed leave it between launches
+    assert check._entry(good, ()) is entry and holder["function"] == "good-own"  # not again
     assert check._entry(_Autotuner("other"), ()) is None
     check.__exit__(None, None, None)
-    assert entry[0]["function"] == "good-own"
+    assert holder["function"] == "good-own"
 
 
 def test_a_captured_launcher_gets_the_evolved_cubin_at_its_sizes_only(monkeypatch):
@@ -351,9 +366,61 @@ def test_a_captured_launcher_gets_the_evolved_cubin_at_its_sizes_only(monkeypatc
     other_code, _ = autotuner("other PTX")
     assert finder.entry_for(other_code, ("x", 64)) is None and not loaded
     right, scope = autotuner("PTX")
-    holder, key, old, new, name = finder.entry_for(right, ("x", 64))
-    assert (holder, key, old, new, name) == (scope, "function", "own", "k-evolved", "k")
+    swap = finder.entry_for(right, ("x", 64))
+    assert swap.name == "k" and swap.items == [(scope, "function", "own", "k-evolved")]
     assert loaded == [("k", b"cubin", 128, 0)] and "k" not in finder.missed
+
+
+def test_a_shrunk_grid_is_launched_by_inductors_launcher_divided(monkeypatch):
+    """A genome that gave each thread k threads' work (coarsen_tile) is installed with
+    Inductor's own launcher: its generated code computes the captured grid, and the runner
+    it calls is swapped for one launching k times fewer blocks, with the evolved function;
+    switched off, both are its own again."""
+    import sys
+    import types
+
+    from evo.model.install import Choice, Installed, _sha
+
+    fake = types.ModuleType("triton")
+    fake.runtime = SimpleNamespace(driver=SimpleNamespace(active=SimpleNamespace(
+        utils=SimpleNamespace(load_binary=lambda name, cubin, shared, device: (
+            "module", "evolved", 0, 0)))))
+    monkeypatch.setitem(sys.modules, "triton", fake)
+    launched = []
+    scope = {"bin": SimpleNamespace(asm={"ptx": "PTX"}), "function": "own",
+             "runner": lambda *args: launched.append(args)}
+    exec("def launcher(in_ptr0, xnumel, stream):\n"  # the shape Inductor generates
+         "    grid_0 = -(xnumel // -64)\n    grid_1 = 1\n    grid_2 = 1\n"
+         "    runner(grid_0, grid_1, grid_2, stream, function, in_ptr0, xnumel)\n", scope)
+    launcher = scope["launcher"]
+    launcher.shared = 0
+    fn = SimpleNamespace(__name__="k", arg_names=["in_ptr0", "xnumel"], constexprs=())
+    autotuner = SimpleNamespace(fn=fn, launchers=[launcher], triton_meta={"device": 0})
+    finder = Installed([Choice("k", "k", _sha("PTX"), {"xnumel": 4096}, cubin=b"cubin",
+                               grid_divisor=(4, 1, 1))])
+    finder._look(autotuner, ("x", 4096))
+    launcher("x", 4096, "s")
+    finder.disable()
+    launcher("x", 4096, "s")
+    finder.enable()
+    launcher("x", 4096, "s")
+    assert launched == [(16, 1, 1, "s", "evolved", "x", 4096), (64, 1, 1, "s", "own", "x", 4096),
+                        (16, 1, 1, "s", "evolved", "x", 4096)]
+    assert finder.describe() == "k: evolved code  []"
+
+
+def test_a_grid_changed_for_a_code_of_several_sizes_is_not_installed(tmp_path):
+    from evo.model.install import _grid_divisor
+
+    spec = SimpleNamespace(grid=(128, 1, 1), block=(128, 1, 1))
+    path = tmp_path / "k.launch.json"
+    path.write_text(json.dumps({"grid": [32, 1, 1], "block": [128, 1, 1]}))
+    assert _grid_divisor(path, spec, fixed=True) == ((4, 1, 1), "")
+    divisor, why = _grid_divisor(path, spec, fixed=False)
+    assert divisor == () and why.startswith("its genome shrinks the grid, installed only for a code run at one size")
+    assert _grid_divisor(tmp_path / "none.launch.json", spec, fixed=False) == ((1, 1, 1), "")
+    path.write_text("{")
+    assert _grid_divisor(path, spec, fixed=True)[1].startswith("its launch file k.launch.json does not read")
 
 
 def test_verify_restores_what_inductor_names_written_and_what_the_spec_judges_written():
@@ -380,6 +447,7 @@ def test_verify_times_the_two_codes_in_turn_at_each_size(monkeypatch):
     alternating two sizes must not have one code timed at each (its 0.87x on an H200 was
     the sizes, not the code). Each size gets both codes in turn; sizes weigh by launches."""
     from evo.model import check
+    from evo.model.install import Swap
 
     monkeypatch.setattr(check, "elapsed_us", lambda pairs, statistic: statistic([b - a for a, b in pairs]))
     holder = {"function": "own"}
@@ -392,7 +460,7 @@ def test_verify_times_the_two_codes_in_turn_at_each_size(monkeypatch):
 
     program_check = check.ProgramCheck([], {}, timed=4)
     program_check.timer = Timer()
-    entry = (holder, "function", "own", "new", "k")
+    entry = Swap("k", [(holder, "function", "own", "new")])
     for launch in range(16):
         size["now"] = 1 + launch % 2
         program_check._timed(lambda: None, entry, None, (("xnumel", size["now"]),))

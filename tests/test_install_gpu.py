@@ -24,7 +24,7 @@ def model(tmp_path_factory):
     return step, inputs, read(out)
 
 
-def _choice(kernel, ptx: str):
+def _choice(kernel, ptx: str, grid_divisor=(1, 1, 1)):
     from evo.model.install import Choice, _sha
     from harness.compile import compile_ptx
 
@@ -33,7 +33,7 @@ def _choice(kernel, ptx: str):
     assert compiled.ok, compiled.error
     scalars = {a["name"]: a["value"] for a in kernel["launch"]["args"] if not a["type"].startswith("*")}
     return Choice(kernel["name"], kernel["source"]["kernel"], _sha(spec.ptx_text()), scalars,
-                  compiled.cubin, "test")
+                  compiled.cubin, "test", grid_divisor=grid_divisor)
 
 
 def test_installed_code_runs_in_the_model_and_switches_off(model):
@@ -62,6 +62,46 @@ def test_installed_code_runs_in_the_model_and_switches_off(model):
         verdict = verify(step, inputs, installed, repeats=3)
         assert verdict["outputs_agree"], verdict  # ptxas 13.0 here, Triton's own there
         assert verdict["kernels_installed"] == [kernel["source"]["kernel"]]
+
+
+def test_a_coarsened_kernel_runs_in_the_model_on_a_grid_divided_by_its_factor(model, tmp_path):
+    """coarsen_tile(k=4) gives each thread 4 threads' work: installed, the launch Inductor
+    makes has a grid 4 times smaller (as the GPU's trace records it) and the model's
+    output is its own."""
+    import json
+
+    import torch
+
+    from evo.model.install import Installed
+    from evo.model.verify import verify
+    from genomes.genome import apply_genome, parse_inline
+
+    step, inputs, manifest = model
+    kernel, applied = next(
+        (k, a) for k in manifest["kernels"]
+        for a in [apply_genome(k["kernel_spec"].ptx_text(), parse_inline("coarsen_tile(k=4)"),
+                               k["kernel_spec"].launch)]
+        if a.launch.grid != k["kernel_spec"].grid)
+    spec, name = kernel["kernel_spec"], kernel["source"]["kernel"]
+    assert applied.launch.grid[0] * 4 == spec.grid[0]
+
+    def grids() -> list:
+        trace = tmp_path / "trace.json"
+        with torch.no_grad(), torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            step(*inputs)
+            torch.cuda.synchronize()
+        prof.export_chrome_trace(str(trace))
+        return [e["args"].get("grid") for e in json.loads(trace.read_text())["traceEvents"]
+                if e.get("cat") == "kernel" and e.get("name") == name]
+
+    with Installed([_choice(kernel, applied.ptx, (4, 1, 1))]) as installed:
+        verdict = verify(step, inputs, installed, repeats=3)
+        assert verdict["outputs_agree"], verdict
+        assert verdict["kernels_installed"] == [name]
+        launched = grids()
+        assert launched and all(g == list(applied.launch.grid) for g in launched), launched
+    assert all(g == list(spec.grid) for g in grids())  # its own code, its own grid again
 
 
 def test_the_round_trip_script_runs_end_to_end(tmp_path):

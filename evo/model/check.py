@@ -66,9 +66,9 @@ class ProgramCheck(LaunchHook):
             return run()
         self._count(entry)
         if capturing:  # the graph records the evolved code; its replays run it
-            self.graphed.add(entry[4])
+            self.graphed.add(entry.name)
             return run()
-        if len(self.results.get(entry[4], ())) < self.checks:
+        if len(self.results.get(entry.name, ())) < self.checks:
             return self._twice(run, entry, autotuner, args)
         return self._timed(run, entry, stream, _sizes(autotuner, args))
 
@@ -82,25 +82,24 @@ class ProgramCheck(LaunchHook):
         if entry is None:
             return result
         self._count(entry)
-        if before is None or len(self.results.get(entry[4], ())) >= self.checks:
+        if before is None or len(self.results.get(entry.name, ())) >= self.checks:
             return result
         return self._twice(run, entry, autotuner, args, before)
 
     def _count(self, entry) -> None:
-        self.launched[entry[4]] = self.launched.get(entry[4], 0) + 1
+        self.launched[entry.name] = self.launched.get(entry.name, 0) + 1
 
     def _timed(self, run, entry, stream, sizes: tuple = ()):
         """One launch timed with the program's own code or the evolved code, in turn at
         each of its ``sizes``, up to ``timed`` each; the evolved code stays in for the
         launches after."""
-        holder, key, old, new, name = entry
-        times = self.timings.setdefault(name, {}).setdefault(sizes, {"own": [], "evolved": []})
+        times = self.timings.setdefault(entry.name, {}).setdefault(sizes, {"own": [], "evolved": []})
         code = "own" if len(times["own"]) <= len(times["evolved"]) else "evolved"
         if len(times[code]) >= self.timed:
             return run()
-        _set(holder, key, old if code == "own" else new)
+        entry.put(evolved=code == "evolved")
         result, events = self.timer.time(stream, run)
-        _set(holder, key, new)
+        entry.put(evolved=True)
         if events is not None:
             times[code].append(events)
         return result
@@ -130,12 +129,12 @@ class ProgramCheck(LaunchHook):
         return False
 
     def _entry(self, autotuner, args):
-        """The finder's (holder, key, old, new, name) for this launcher, the evolved code
+        """The finder's Swap for this launcher, the evolved code
         put in the first time it is seen; None for a kernel not installed."""
         fresh = len(autotuner.launchers) == 1 and id(autotuner.launchers[0]) not in self.finder.looked
         entry = self.finder.entry_for(autotuner, args)
         if fresh and entry is not None:
-            _set(entry[0], entry[1], entry[3])
+            entry.put(evolved=True)
         return entry
 
     def _written(self, autotuner, args) -> dict:
@@ -152,18 +151,17 @@ class ProgramCheck(LaunchHook):
         """The launch with the program's code, then with the evolved code on the same
         inputs; the verdict recorded; the evolved code's result kept. ``before``: the
         program's code has run already, on written tensors that held these."""
-        holder, key, old, new, name = entry
         written = self._written(autotuner, args)
         if before is None:
             before = {n: t.clone() for n, t in written.items()}
-            _set(holder, key, old)
+            entry.put(evolved=False)
             run()
         want = {n: t.clone() for n, t in written.items()}
         for n, t in written.items():
             t.copy_(before[n])
-        _set(holder, key, new)
+        entry.put(evolved=True)
         result = run()
-        self.results.setdefault(name, []).append(self._compare(name, want, written))
+        self.results.setdefault(entry.name, []).append(self._compare(entry.name, want, written))
         return result
 
     def _compare(self, name: str, want: dict, got: dict) -> dict:
@@ -193,13 +191,6 @@ class ProgramCheck(LaunchHook):
                                                   f"outside rtol {rtol:g} / atol {atol:g}")
         return verdict
 
-
-
-
-def _set(holder, key: str, value) -> None:
-    from evo.model.install import _set as set_function
-
-    set_function(holder, key, value)
 
 
 def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECKS,

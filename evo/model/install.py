@@ -3,7 +3,7 @@
 ``plan(capture_dir, run_dir)`` decides per captured kernel what to install: the run's best
 PTX for it (``best/<name>.ptx``), assembled by evo's ptxas for the device, or nothing, with
 the reason (not evolved, the baseline stayed best, its code reads its sizes at run time,
-its genome changes the launch that Inductor computes itself).
+its genome changes the block, which the program's compiled config fixes).
 
 ``Installed`` (a context manager; ``enable``/``disable`` switch it) wraps Inductor's
 ``CachingAutotuner.run`` until it has found every chosen kernel: the first time a captured
@@ -15,7 +15,13 @@ with its grid, arguments and stream, at no cost per launch (the first version ke
 checking sizes on every launch, and a host-bound decoder step read 0.906x with evolved
 kernels whose outputs were bitwise the same; unwrapped, 1.004x: H200, BENCHMARKS.md
 session 13). So a kernel is
-installed for the sizes it was captured with. A kernel compiled for dynamic shapes
+installed for the sizes it was captured with. A genome that shrank the grid (``coarsen``,
+``coarsen_tile``: each thread does k threads' work) keeps its place: Inductor's launcher
+still computes its own grid, and the runner it calls is swapped too, for one that divides
+that grid by the factor before it launches (one Python call more a launch of that
+kernel). This needs the sizes fixed (a code of one size: the grid is the captured one at
+every launch); a genome that changes the block is not installed (the block is
+``num_warps`` of the config Inductor compiled). A kernel compiled for dynamic shapes
 (``dynamic=True``, or after torch.compile saw a size change) reads its sizes as params and
 one launcher runs it at every size: ``evo run --model`` evolves it once and checks its
 best at every other size the capture saw (``evo.run._check_other_sizes``: a best failing
@@ -48,6 +54,21 @@ class Choice:
     cubin: bytes | None = None
     genome: str = ""
     reason: str = ""
+    grid_divisor: tuple = (1, 1, 1)  # the captured grid over the evolved code's, per dimension
+
+
+@dataclasses.dataclass
+class Swap:
+    """What putting one kernel's evolved code in changes: per item (holder, key, its own
+    value, the evolved code's): the launcher's CUfunction, and where the genome shrank the
+    grid, the runner it calls."""
+
+    name: str  # Inductor's kernel name
+    items: list
+
+    def put(self, evolved: bool) -> None:
+        for holder, key, own, new in self.items:
+            _set(holder, key, new if evolved else own)
 
 
 def _sha(text: str) -> str:
@@ -121,14 +142,12 @@ def plan(capture_dir, run_dir, arch: str | None = None, verified: bool = True) -
         if in_program:
             choice.reason = in_program
             continue
-        launch = best.with_suffix(".launch.json")
-        if launch.is_file():
-            shape = json.loads(launch.read_text())
-            if (tuple(shape.get("grid", spec.grid)) != spec.grid
-                    or tuple(shape.get("block", spec.block)) != spec.block):
-                choice.reason = ("its genome changes the launch (grid/block), which Inductor "
-                                 "computes itself")
-                continue
+        divisor, why = _grid_divisor(best.with_suffix(".launch.json"), spec,
+                                     fixed=not (sizes or len(group) > 1))
+        if why:
+            choice.reason = why
+            continue
+        choice.grid_divisor = divisor
         # for the GPU the program compiled it for (Triton writes its .target: sm_80 on an
         # A100, whose cubins an sm_90 cubin would not load on), unless told otherwise
         compiled = compile_ptx(text, arch=arch or ptx_target(captured) or "sm_90")
@@ -146,6 +165,29 @@ def plan(capture_dir, run_dir, arch: str | None = None, verified: bool = True) -
                          "(checked at this size too)" if evolved.cubin is not None else
                          f"one code with {evolved.name}, evolved once as it: {evolved.reason}")
     return choices
+
+
+def _grid_divisor(path: Path, spec, fixed: bool) -> tuple[tuple, str]:
+    """(the captured grid over the evolved launch's, per dimension; "") for the best's
+    launch file ``path``, or ((), why it cannot be installed): a changed block, a grid that
+    does not divide the captured one, a grid changed for a code that runs at several sizes."""
+    try:
+        shape = json.loads(path.read_text()) if path.is_file() else {}
+        grid = tuple(int(n) for n in shape.get("grid", spec.grid))
+        block = tuple(int(n) for n in shape.get("block", spec.block))
+    except (OSError, ValueError, TypeError) as err:
+        return (), f"its launch file {path.name} does not read: {err}"
+    if block != tuple(spec.block):
+        return (), (f"its genome changes the block ({spec.block} -> {block}), which the "
+                    "program's compiled config fixes (num_warps)")
+    if grid == tuple(spec.grid):
+        return (1, 1, 1), ""
+    if any(n <= 0 or g % n for g, n in zip(spec.grid, grid)):
+        return (), f"its genome changes the grid {spec.grid} -> {grid}, not by a whole factor"
+    if not fixed:
+        return (), ("its genome shrinks the grid, installed only for a code run at one "
+                    "size (the grid Inductor computes then is the captured one)")
+    return tuple(g // n for g, n in zip(spec.grid, grid)), ""
 
 
 def _verdicts(run: Path) -> dict:
@@ -232,9 +274,9 @@ class Installed(LaunchHook):
         self.enabled = True
         self.swapped: dict[str, bool] = {}  # Inductor kernel name -> runs evolved code now
         self.refused: dict[str, str] = {}  # kernel name -> why its code could not be swapped
-        self.looked: dict[int, tuple | None] = {}  # id(launcher) -> its entry, or None
+        self.looked: dict[int, Swap | None] = {}  # id(launcher) -> its swap, or None
         self.missed: dict[str, str] = {}  # kernel name -> "code" or "sizes": seen, not matched
-        self._entries: list[tuple] = []  # (holder, key, old function, new function, name)
+        self._entries: list[Swap] = []
         self._modules = []  # keeps the loaded modules alive
 
     def launch(self, autotuner, args, stream, run):
@@ -282,22 +324,21 @@ class Installed(LaunchHook):
     def enable(self) -> None:
         """Every found kernel runs its evolved code."""
         self.enabled = True
-        for holder, key, _, new, name in self._entries:
-            _set(holder, key, new)
-            self.swapped[name] = True
+        for swap in self._entries:
+            swap.put(evolved=True)
+            self.swapped[swap.name] = True
 
     def disable(self) -> None:
         """Every found kernel runs its own code again."""
         self.enabled = False
-        for holder, key, old, _, name in self._entries:
-            _set(holder, key, old)
-            self.swapped[name] = False
+        for swap in self._entries:
+            swap.put(evolved=False)
+            self.swapped[swap.name] = False
 
     # -------------------------------------------------------------- finding launchers
 
-    def entry_for(self, autotuner, args):
-        """(holder, key, old function, new function, name) for the launcher of this
-        launch, prepared the first time it is seen (a refusal recorded: that kernel keeps
+    def entry_for(self, autotuner, args) -> Swap | None:
+        """The Swap for the launcher of this launch, prepared the first time it is seen (a refusal recorded: that kernel keeps
         its code); None for a kernel not installed. Puts nothing in."""
         if len(autotuner.launchers) != 1:
             return None
@@ -318,9 +359,8 @@ class Installed(LaunchHook):
             return
         entry = self.entry_for(autotuner, args)
         if entry is not None:
-            holder, key, old, new, name = entry
-            _set(holder, key, new if self.enabled else old)
-            self.swapped[name] = self.enabled
+            entry.put(evolved=self.enabled)
+            self.swapped[entry.name] = self.enabled
         if len(self._entries) + len(self.refused) >= len(self.choices):
             self.stop_looking()
 
@@ -346,9 +386,9 @@ class Installed(LaunchHook):
         values = passed(autotuner, args)
         return all(values.get(name) == value for name, value in scalars.items())
 
-    def _prepare(self, autotuner, launcher, args):
-        """(holder, key, old function, new function, name) for a captured launcher launched
-        with the captured sizes, or None for any other."""
+    def _prepare(self, autotuner, launcher, args) -> Swap | None:
+        """The Swap for a captured launcher launched with the captured sizes, or None for
+        any other."""
         from evo.model.capture import kernel_ptx
 
         name = autotuner.fn.__name__
@@ -380,7 +420,23 @@ class Installed(LaunchHook):
             name, choice.cubin, shared, device)
         self._modules.append(module)
         old = holder[key] if isinstance(holder, dict) else getattr(holder, key)
-        return holder, key, old, function, name
+        items = [(holder, key, old, function)]
+        if tuple(choice.grid_divisor) != (1, 1, 1):
+            if "runner" not in scope or "runner" not in launcher.__code__.co_names:
+                raise EvoError(f"install: {name}'s launcher calls no runner to give the "
+                               "shrunk grid (a torch whose Inductor launches otherwise)")
+            runner = scope["runner"]
+            items.append((scope, "runner", runner, _dividing(runner, *choice.grid_divisor)))
+        return Swap(name, items)
+
+
+def _dividing(runner, fx: int, fy: int, fz: int):
+    """``runner`` (Inductor's launcher calls it ``runner(grid_0, grid_1, grid_2, stream,
+    ...)``) launching a grid ``fx`` x ``fy`` x ``fz`` times smaller: the grid of a genome
+    that gave each thread the work of several."""
+    def runner_of_a_smaller_grid(grid_0, grid_1, grid_2, *rest):
+        return runner(grid_0 // fx, grid_1 // fy, grid_2 // fz, *rest)
+    return runner_of_a_smaller_grid
 
 
 def _set(holder, key: str, value) -> None:
