@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from genomes import proofs
 from genomes.memory import PARAM_ALIGN, PointerInfo, effect
 from genomes.ptx import Directive, Function, Instruction, Line
 from genomes.transforms.base import NotApplicable
@@ -37,8 +38,7 @@ from genomes.vectorize import SIZES, blocks_motion
 
 _FLOW = frozenset({"bra", "brx", "call", "ret", "exit"})
 _PURE = frozenset({"createpolicy"})  # computes a value; ``effect`` files it as a barrier
-_CACHE: dict[tuple, frozenset] = {}  # proofs by (slice, loads, launch): ~1 s each to redo
-_CACHE_SIZE = 64
+PROOF = "lane_merge/1"  # genomes.proofs: by (slice, loads, launch), ~1 s each to redo
 
 
 @dataclass(frozen=True)
@@ -125,8 +125,9 @@ def proven(fn: Function, info: PointerInfo, loads: list[Access], runs, launch) -
     key = (tuple(i.render() for i in code),
            tuple((m.base, m.offset, m.size, m.ins.pred) for m in loads), tuple(runs),
            tuple(guards), launch.grid, launch.block)
-    if key in _CACHE:
-        return _CACHE[key]
+    kept = proofs.recall(PROOF, key)
+    if kept is not None:
+        return frozenset((start, n) for start, n in kept)
     alive = set(runs)
     for chunk in lane_eval.evaluate(fn, bases + guards, launch.grid, launch.block, info=info):
         for start, n in list(alive):
@@ -154,9 +155,7 @@ def proven(fn: Function, info: PointerInfo, loads: list[Access], runs, launch) -
         if not alive:
             break
     proven = frozenset(alive)
-    if len(_CACHE) >= _CACHE_SIZE:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[key] = proven
+    proofs.keep(PROOF, key, sorted([start, n] for start, n in proven))
     return proven
 
 

@@ -3,17 +3,23 @@ applied to a spec's baseline, with the clock64 twin where the backend times with
 each gene's no-op test. Each process parses a spec's baseline once, read from the spec's
 PTX file as ``KernelSpec.ptx_text`` reads it, so a task carries a path, not the text.
 The static gate (``harness.hidden_state``) runs there too, against the same baseline.
+Launch-wide proofs (``genomes.proofs``: seconds each on a large launch) are kept in the
+tool cache's folder, so that each is made once for all the pool's processes and runs.
 """
 
 from __future__ import annotations
 
 import functools
 
+from genomes import proofs
 from genomes import ptx as ptx_model
 from genomes.genome import Applied, Genome, apply_genome
 from genomes.launch import Launch
+from harness import tool_cache
 from harness.hidden_state import hidden_state
 from harness.kernels.spec import baseline_ptx
+
+proofs.use_folder(tool_cache.folder)  # this process's, and each pool process's (it imports this)
 
 def apply_from_file(ptx_path: str, entry: str, genome_json: dict, clock_entry: str | None,
                      launch_json: dict | None = None) -> tuple[Applied, str | None]:

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from genomes import proofs
 from genomes.lane_merge import guard_mask, head_end
 from genomes.launch import launched_entry
 from genomes.memory import PointerInfo, effect
 from genomes.ptx import Address, Function, Instruction, Line, Module
 from genomes.transforms.base import NotApplicable, Transform
 
-_CACHE: dict[tuple, dict] = {}  # proofs by (slice, accesses, launch): seconds each to redo
-_CACHE_SIZE = 64
+PROOF = "addr_rebase/1"  # genomes.proofs: by (slice, accesses, launch), seconds each to redo
 _LIMIT = 1 << 31  # a PTX address offset is a signed 32-bit immediate
 
 
@@ -61,6 +61,36 @@ def _accesses(fn: Function, stop: int) -> list[_Access]:
     return found
 
 
+def _classes(chunk: dict, registers: list[str]) -> dict[str, tuple[int, int]]:
+    """{register: (class, its first thread's offset)} for the chunk's pointer registers:
+    two registers share a class exactly where they point into the same parameter a
+    constant distance apart on every thread of the chunk (their offsets minus their first
+    thread's are equal arrays). Grouping by that makes the pairs' check O(1) each; the
+    arrays are compared whole within a group of equal samples, so a class is never a guess."""
+    import numpy as np
+
+    from genomes.lane_eval import Pointer
+
+    groups: dict[tuple, list[tuple[int, np.ndarray]]] = {}
+    classes: dict[str, tuple[int, int]] = {}
+    count = 0
+    for reg in registers:
+        value = chunk.get(reg)
+        if not isinstance(value, Pointer):
+            continue
+        first = int(value.offset[0])
+        shape = value.offset - first
+        members = groups.setdefault((value.param, shape[::4096].tobytes()), [])
+        for number, other in members:
+            if np.array_equal(other, shape):
+                break
+        else:
+            number, count = count, count + 1
+            members.append((number, shape))
+        classes[reg] = (number, first)
+    return classes
+
+
 def _proven(fn: Function, info: PointerInfo, accesses: list[_Access], launch) -> dict:
     """{index of B in ``accesses``: (index of A, c)} for every B that can be rebased."""
     import numpy as np  # only where the gene is applied: genomes imports need no NumPy
@@ -76,35 +106,41 @@ def _proven(fn: Function, info: PointerInfo, accesses: list[_Access], launch) ->
     key = (tuple(i.render() for i in code),
            tuple((a.base, a.offset, a.ins.pred) for a in accesses), tuple(bases),
            tuple(guards), launch.grid, launch.block)
-    if key in _CACHE:
-        return _CACHE[key]
+    kept = proofs.recall(PROOF, key)
+    if kept is not None:
+        return {b: (a, c) for b, a, c in kept}
     position = {id(a): k for k, a in enumerate(accesses)}
     # per B, the earlier accesses (other address registers) still possible, with their c
     alive: dict[int, dict[int, int | None]] = {
         position[id(b)]: {position[id(a)]: None for a in usable[:j] if a.base != b.base}
         for j, b in enumerate(usable)}
     for chunk in lane_eval.evaluate(fn, bases + guards, launch.grid, launch.block, info=info):
+        classes = _classes(chunk, bases)
         for b_at, candidates in alive.items():
             b = accesses[b_at]
-            if not isinstance(chunk[b.base], lane_eval.Pointer):
+            if b.base not in classes:
                 candidates.clear()  # an address not made from a pointer parameter
                 continue
-            threads = len(chunk[b.base].offset)
-            where = guard_mask(chunk, b.ins.pred, threads)
-            if where is None:  # a guard not evaluated: every thread must agree
-                where = np.ones(threads, dtype=bool)
-            if not where.any():
+            where = None if not b.ins.pred else guard_mask(chunk, b.ins.pred, len(chunk[b.base].offset))
+            if where is not None and where.all():
+                where = None  # a guard that holds on every thread of the chunk
+            elif where is not None and not where.any():
                 continue
-            b_addr = chunk[b.base].offset[where] + b.offset
+            b_class, b_first = classes[b.base]
             for a_at, c in list(candidates.items()):
-                a = chunk[accesses[a_at].base]
-                if not isinstance(a, lane_eval.Pointer):
+                a_base = accesses[a_at].base
+                if a_base not in classes:
                     del candidates[a_at]
                     continue
-                diff = b_addr - a.offset[where]
-                first = int(diff[0])
-                if (a.param != chunk[b.base].param or not np.all(diff == first)
-                        or (c is not None and c != first) or not -_LIMIT <= first < _LIMIT):
+                if where is None:  # every thread (or a guard not evaluated): by the classes
+                    a_class, a_first = classes[a_base]
+                    same, first = a_class == b_class, b_first + b.offset - a_first
+                else:  # the threads the guard leaves, compared one by one
+                    a, own = chunk[a_base], chunk[b.base]
+                    diff = own.offset[where] + b.offset - a.offset[where]
+                    first = int(diff[0])
+                    same = a.param == own.param and bool(np.all(diff == first))
+                if not same or (c is not None and c != first) or not -_LIMIT <= first < _LIMIT:
                     del candidates[a_at]
                 else:
                     candidates[a_at] = first
@@ -112,9 +148,7 @@ def _proven(fn: Function, info: PointerInfo, accesses: list[_Access], launch) ->
             break
     proven = {b: min(c.items()) for b, c in alive.items()
               if c and min(c.items())[1] is not None}
-    if len(_CACHE) >= _CACHE_SIZE:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[key] = proven
+    proofs.keep(PROOF, key, [[b, a, c] for b, (a, c) in sorted(proven.items())])
     return proven
 
 
