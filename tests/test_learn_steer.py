@@ -142,3 +142,14 @@ def test_generation_one_tries_an_untried_gene_on_the_first_seed():
     search_kernel(measuring("reduce_sum", fake_measure("reduce_sum"), spec=spec),
                   MemoryLedger(new_checkpoint(config), kept=events), config, prior=thin)
     assert first_generation(events)[4] == "vec_st(width=4)"
+
+
+def test_the_untried_seeds_take_the_last_places_of_the_seeds():
+    from evo.learn.steer import in_last_places
+
+    a, b, c, u, v = (parse_inline(g) for g in ("maxnreg(n=64)", "vec_ld(width=4)", "fast_exp",
+                                                "fast_sincos", "addr_rebase"))
+    assert in_last_places([a, b, c], [u, v], 3) == [a, u, v]
+    assert in_last_places([a, b, c], [u, v], 2) == [a, u]  # places - 1 of them at most
+    assert in_last_places([a], [u, v], 1) == [u]  # one at least
+    assert in_last_places([a, b], [], 2) == [a, b]

@@ -89,6 +89,14 @@ def seeds_with_untried(prior: dict | None, alphabet: list | None,
     return out
 
 
+def in_last_places(seeds: list[Genome], untried: list[Genome], places: int) -> list[Genome]:
+    """``seeds`` with the untried-gene seeds (``seeds_with_untried``, those new to the
+    search) in its last places: at most ``places - 1`` of them (one at least), the first
+    seeds kept in front."""
+    untried = untried[:max(places - 1, 1)]
+    return seeds[:max(places - len(untried), 0)] + untried if untried else seeds
+
+
 def gene_drawer(prior: dict | None, rate: float, alphabet: list | None = None):
     """A ``draw(rng, names)`` for ``genomes.variation.mutate`` (see the module docstring),
     or None (mutate's uniform draw) when there is no prior or ``rate`` is 0. The uniform

@@ -92,7 +92,7 @@ from genomes.variation import (crossover_one_point, crossover_uniform, mutate, r
                                random_genome)
 
 from evo.learn.cost import screen_genomes
-from evo.learn.steer import gene_drawer, seed_genomes, seeds_with_untried
+from evo.learn.steer import gene_drawer, in_last_places, seed_genomes, seeds_with_untried
 from evo.options import opt
 
 RETRIES = 4  # extra mutations to turn an already-seen child into a new genome
@@ -292,10 +292,8 @@ def _first_generation(tb: base.Toolbox, search, generation: int) -> list[Individ
         search.look_up_codes(seed_genomes(search.prior, every, lambda g: False))
     seeds = seed_genomes(search.prior, places, lambda g: not _is_new(g, genomes, search))
     untried = [g for g in seeds_with_untried(search.prior, search.draw_from(), seeds)
-               if g not in seeds and not search.seen(g)][:max(places - 1, 1)]
-    if untried:  # they take the last seeds' places
-        seeds = seeds[:max(places - len(untried), 0)] + untried
-    genomes += seeds
+               if g not in seeds and not search.seen(g)]
+    genomes += in_last_places(seeds, untried, places)
     drawn = [tb.individual() for _ in range(pop_size - len(genomes))]
     genomes += [ind.genome for ind in _novel(drawn, search, tb, before=genomes)]
     return [Individual(g) for g in genomes]

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from genomes.genome import Genome, parse_inline
 
 from evo.learn.priors import expected_gain, gene_key
-from evo.learn.steer import seed_genomes, seeds_with_untried
+from evo.learn.steer import in_last_places, seed_genomes, seeds_with_untried
 from evo.options import opt
 
 FAILED = -1.0  # the reward of a variant that failed its check (or was not measured)
@@ -198,10 +198,7 @@ def _seeds(search, opts) -> list[Genome]:
     untried = [g for g in seeds_with_untried(search.prior, search.draw_from(), out)
                if g not in out]
     search.look_up_codes(untried)
-    untried = [g for g in untried if search.code_key(g) not in codes][:max(count - 1, 1)]
-    if untried:  # they take the last seeds' places
-        out = out[:max(count - len(untried), 0)] + untried
-    return out
+    return in_last_places(out, [g for g in untried if search.code_key(g) not in codes], count)
 
 
 def _attach(state: dict, search, node_key: str, label: str, genome: Genome, m) -> None:
