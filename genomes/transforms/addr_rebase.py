@@ -61,12 +61,13 @@ def _accesses(fn: Function, stop: int) -> list[_Access]:
     return found
 
 
-def _classes(chunk: dict, registers: list[str]) -> dict[str, tuple[int, int]]:
+def _classes(chunk: dict, registers: list[str], where=None) -> dict[str, tuple[int, int]]:
     """{register: (class, its first thread's offset)} for the chunk's pointer registers:
     two registers share a class exactly where they point into the same parameter a
-    constant distance apart on every thread of the chunk (their offsets minus their first
-    thread's are equal arrays). Grouping by that makes the pairs' check O(1) each; the
-    arrays are compared whole within a group of equal samples, so a class is never a guess."""
+    constant distance apart on every thread of the chunk (``where``: on those threads;
+    their offsets minus their first thread's are equal arrays). Grouping by that makes the
+    pairs' check O(1) each; the arrays are compared whole within a group of equal
+    samples, so a class is never a guess."""
     import numpy as np
 
     from genomes.lane_eval import Pointer
@@ -78,8 +79,9 @@ def _classes(chunk: dict, registers: list[str]) -> dict[str, tuple[int, int]]:
         value = chunk.get(reg)
         if not isinstance(value, Pointer):
             continue
-        first = int(value.offset[0])
-        shape = value.offset - first
+        offset = value.offset if where is None else value.offset[where]
+        first = int(offset[0])
+        shape = offset - first
         members = groups.setdefault((value.param, shape[::4096].tobytes()), [])
         for number, other in members:
             if np.array_equal(other, shape):
@@ -89,6 +91,37 @@ def _classes(chunk: dict, registers: list[str]) -> dict[str, tuple[int, int]]:
             members.append((number, shape))
         classes[reg] = (number, first)
     return classes
+
+
+def _refine(groups: list[list[str]] | None, distance: dict[str, int], classes: dict,
+            registers: list[str]) -> list[list[str]]:
+    """The pointer registers grouped so that a group's are a constant apart on every
+    thread seen so far, refined by one more chunk's ``classes`` (``_classes``; None: the
+    first chunk's); ``distance`` holds each register's offset minus its group's first
+    register's, kept up to date. O(registers) a chunk, where comparing every pair is
+    O(registers^2): Triton's kernels coarsened by 4 have 60 accesses."""
+    if groups is None:
+        by_class: dict[int, list[str]] = {}
+        for reg in registers:
+            if reg in classes:
+                by_class.setdefault(classes[reg][0], []).append(reg)
+        for group in by_class.values():
+            for reg in group:
+                distance[reg] = classes[reg][1] - classes[group[0]][1]
+        return list(by_class.values())
+    out = []
+    for group in groups:
+        parts: dict[tuple, list[str]] = {}
+        for reg in group:  # still together: one class here, at the distance they had
+            if reg in classes:
+                number, first = classes[reg]
+                parts.setdefault((number, first - distance[reg]), []).append(reg)
+        for part in parts.values():
+            shift = distance[part[0]]
+            for reg in part:
+                distance[reg] -= shift
+            out.append(part)
+    return out
 
 
 def _proven(fn: Function, info: PointerInfo, accesses: list[_Access], launch) -> dict:
@@ -110,44 +143,59 @@ def _proven(fn: Function, info: PointerInfo, accesses: list[_Access], launch) ->
     if kept is not None:
         return {b: (a, c) for b, a, c in kept}
     position = {id(a): k for k, a in enumerate(accesses)}
-    # per B, the earlier accesses (other address registers) still possible, with their c
+    # a guarded B: per B, the earlier accesses (other address registers) still possible,
+    # with their c (the guard may leave only threads on which a distance is constant)
     alive: dict[int, dict[int, int | None]] = {
         position[id(b)]: {position[id(a)]: None for a in usable[:j] if a.base != b.base}
-        for j, b in enumerate(usable)}
+        for j, b in enumerate(usable) if b.ins.pred}
+    groups, distance = None, {}  # an unguarded B: registers a constant apart on every thread
     for chunk in lane_eval.evaluate(fn, bases + guards, launch.grid, launch.block, info=info):
         classes = _classes(chunk, bases)
+        groups = _refine(groups, distance, classes, bases)
+        guarded: dict[bytes, dict] = {}  # the threads a guard leaves -> the classes there
         for b_at, candidates in alive.items():
             b = accesses[b_at]
             if b.base not in classes:
                 candidates.clear()  # an address not made from a pointer parameter
                 continue
-            where = None if not b.ins.pred else guard_mask(chunk, b.ins.pred, len(chunk[b.base].offset))
+            where = guard_mask(chunk, b.ins.pred, len(chunk[b.base].offset))
             if where is not None and where.all():
                 where = None  # a guard that holds on every thread of the chunk
             elif where is not None and not where.any():
                 continue
-            b_class, b_first = classes[b.base]
+            if where is None:
+                seen = classes
+            else:  # the coarsened copies' guards are registers of their own, often equal
+                threads = np.packbits(where).tobytes()
+                if threads not in guarded:
+                    guarded[threads] = _classes(chunk, bases, where)
+                seen = guarded[threads]
+            b_class, b_first = seen[b.base]
             for a_at, c in list(candidates.items()):
                 a_base = accesses[a_at].base
-                if a_base not in classes:
+                if a_base not in seen:
                     del candidates[a_at]
                     continue
-                if where is None:  # every thread (or a guard not evaluated): by the classes
-                    a_class, a_first = classes[a_base]
-                    same, first = a_class == b_class, b_first + b.offset - a_first
-                else:  # the threads the guard leaves, compared one by one
-                    a, own = chunk[a_base], chunk[b.base]
-                    diff = own.offset[where] + b.offset - a.offset[where]
-                    first = int(diff[0])
-                    same = a.param == own.param and bool(np.all(diff == first))
+                a_class, a_first = seen[a_base]
+                same, first = a_class == b_class, b_first + b.offset - a_first
                 if not same or (c is not None and c != first) or not -_LIMIT <= first < _LIMIT:
                     del candidates[a_at]
                 else:
                     candidates[a_at] = first
-        if not any(alive.values()):
+        if all(len(g) < 2 for g in groups) and not any(alive.values()):
             break
     proven = {b: min(c.items()) for b, c in alive.items()
               if c and min(c.items())[1] is not None}
+    group_of = {reg: n for n, group in enumerate(groups or []) for reg in group}
+    for j, b in enumerate(usable):  # an unguarded B: the earliest A of its group in reach
+        if b.ins.pred or b.base not in group_of:
+            continue
+        for a in usable[:j]:
+            c = distance[b.base] - distance.get(a.base, 0) + b.offset
+            if (a.base != b.base and group_of.get(a.base) == group_of[b.base]
+                    and -_LIMIT <= c < _LIMIT):
+                proven[position[id(b)]] = (position[id(a)], c)
+                break
     proofs.keep(PROOF, key, [[b, a, c] for b, (a, c) in sorted(proven.items())])
     return proven
 
