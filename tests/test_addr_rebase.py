@@ -130,3 +130,20 @@ def test_the_proof_is_for_the_launch_it_was_made_with(grid):
     big = apply_genome(text, Genome((REBASE,)), Launch(grid, (128, 1, 1)))
     assert _accesses(small.ptx)[1].address() == ptx.Address("%rd4", 4)
     assert _accesses(big.ptx)[1].address() == ptx.Address("%rd6", 0)
+
+
+def test_registers_stay_grouped_only_at_the_distance_every_chunk_shows():
+    """``_refine``: a pair a constant apart in each chunk, but a different constant in
+    the next, is no pair; the first register leaving its group keeps the others together."""
+    from genomes.transforms.addr_rebase import _refine
+
+    distance: dict = {}
+    regs = ["%a", "%b", "%c", "%d"]
+    first = {"%a": (0, 0), "%b": (0, 8), "%c": (0, 24), "%d": (1, 5)}  # (class, first offset)
+    groups = _refine(None, distance, first, regs)
+    assert groups == [["%a", "%b", "%c"], ["%d"]] and distance["%c"] == 24
+    second = {"%a": (0, 1000), "%b": (1, 2008), "%c": (1, 2024), "%d": (2, 7)}  # %a moved alone
+    groups = _refine(groups, distance, second, regs)
+    assert sorted(groups) == [["%a"], ["%b", "%c"], ["%d"]] and distance["%c"] - distance["%b"] == 16
+    third = {"%a": (0, 0), "%b": (0, 0), "%c": (0, 17), "%d": (0, 3)}  # %b, %c: 17 apart, not 16
+    assert sorted(_refine(groups, distance, third, regs)) == [["%a"], ["%b"], ["%c"], ["%d"]]
