@@ -3,11 +3,12 @@ costs seconds on a launch of millions of threads, and the same proof is asked ag
 every genome that leaves its inputs as they were, in every process of a run's apply pool
 (each a fresh interpreter), and by the next run on the same kernel.
 
-``recall(kind, key)`` / ``keep(kind, key, value)``: ``kind`` names the proof and its
-version (``"addr_rebase/1"``: bump it where what the proof means changes); ``key`` is
-everything it read (the backward slice's text, the accesses, the launch), hashed;
-``value`` plain JSON data. A proof is a pure function of its key, so one kept by another
-process or run is as good as one made here. Kept in this process (the last ``MEMORY``)
+``recall(kind, key)`` / ``keep(kind, key, value)``: ``kind`` names the proof
+(``"addr_rebase/1"``); ``key`` is everything it read (the backward slice's text, the
+accesses, the launch), hashed with the source of the ``genomes`` package, so that a proof
+made by other code (an evo of another version, an edited checkout) is never taken for
+this code's; ``value`` plain JSON data. A proof is a pure function of its key, so one kept
+by another process or run is as good as one made here. Kept in this process (the last ``MEMORY``)
 and, where ``use_folder`` names a folder (``harness.apply_pool`` names the tool cache's,
 ``harness.tool_cache``, which prunes it with the tools' answers), one file per proof,
 ``FOLDER/ab/abcdef...``, written to a temporary file and renamed so that no process reads
@@ -16,6 +17,7 @@ half of one. A file that cannot be read or written is a miss: the folder only sa
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -37,7 +39,21 @@ def use_folder(folder: Callable[[], Path | None]) -> None:
 
 
 def _name(kind: str, key) -> str:
-    return hashlib.sha256(f"proof\0{kind}\0{key!r}".encode()).hexdigest()
+    return hashlib.sha256(f"proof\0{_source()}\0{kind}\0{key!r}".encode()).hexdigest()
+
+
+@functools.cache
+def _source() -> str:
+    """A digest of the ``genomes`` package's Python source (what a proof means)."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            digest.update(b"?")
+    return digest.hexdigest()
 
 
 def _path(name: str) -> Path | None:

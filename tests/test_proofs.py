@@ -36,6 +36,13 @@ def test_a_proof_kept_is_recalled_here_and_by_another_process(folder):
     assert proofs.recall("k/1", key[:-1] + ((256, 1, 1),)) is None  # another launch
 
 
+def test_a_proof_made_by_other_code_is_not_this_codes(folder, monkeypatch):
+    proofs.keep("k/1", "key", [[3, 1, 2048]])
+    proofs.forget()
+    monkeypatch.setattr(proofs, "_source", lambda: "another evo's genomes")
+    assert proofs.recall("k/1", "key") is None
+
+
 def test_a_torn_file_is_a_miss_and_no_folder_keeps_proofs_in_memory(folder, monkeypatch):
     proofs.keep("k/1", "key", [1])
     (path,) = folder.glob("*/*")
