@@ -371,7 +371,7 @@ def _check_other_sizes(spec: KernelSpec, result, saved: KernelEntry, evaluator, 
     tried, and so on (at most ``tries``; the baseline needs no check), as the finalist
     check demotes; none passing keeps the baseline. The outcome is kept in the kernel's
     checkpoint entry (``sizes``: the genome it started from, the one kept, each size's
-    verdict on it, those demoted) for ``evo.model.install.plan``."""
+    verdict on it, those demoted) for ``evo.model.install_plan.plan``."""
     first = Genome.from_json(result.best_genome).effective().dumps()
     done = saved.sizes
     if done is None or first not in (done.get("from"), done.get("kept")):

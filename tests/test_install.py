@@ -1,4 +1,4 @@
-"""evo.model.install.plan and evo.model.verify.report on the CPU, on the committed capture
+"""evo.model.install_plan.plan and evo.model.verify.report on the CPU, on the committed capture
 (tests/data/capture/decoder) and run folders written here with real genes and real ptxas."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from evo.model import capture
-from evo.model.install import plan
+from evo.model.install_plan import plan
 from evo.model.verify import report
 from genomes.errors import EvoError
 from genomes.genome import apply_genome, parse_inline
@@ -135,7 +135,7 @@ def _decoder_run(run: Path, genome: str) -> Path:
 
 
 def test_the_report_says_the_step_the_limit_and_each_kernel():
-    from evo.model.install import Choice
+    from evo.model.install_plan import Choice
 
     manifest = capture.read(DECODER)
     choices = [Choice(k["name"], k["source"]["kernel"], "", {}, b"x" if i == 0 else None,
@@ -188,7 +188,7 @@ def test_the_report_says_the_step_the_limit_and_each_kernel():
 
 
 def test_the_outputs_line_and_the_model_checks_say_how_close():
-    from evo.model.install import Choice
+    from evo.model.install_plan import Choice
     from evo.model.verify import outputs_line
 
     base = {"outputs_agree": True, "rtol": 0.05, "atol": 0.05, "max_abs_err": 0.0,
@@ -264,7 +264,8 @@ class _Finder:
 
     @staticmethod
     def make(names):
-        from evo.model.install import Choice, Installed, Swap
+        from evo.model.install import Installed, Swap
+        from evo.model.install_plan import Choice
 
         class Finder(Installed):
             prepared: list = []
@@ -302,7 +303,8 @@ def test_the_finder_prepares_a_launcher_once_records_refusals_and_swaps_while_en
 
 
 def test_a_kernel_not_found_says_whether_its_code_or_its_sizes_differed():
-    from evo.model.install import Choice, Installed
+    from evo.model.install import Installed
+    from evo.model.install_plan import Choice
 
     finder = Installed([Choice("k", "k", "sha1", {"xnumel": 64}, cubin=b"x")])
     assert finder._match("k", "sha2", lambda scalars: True) is None  # autotuning's other pick
@@ -339,7 +341,8 @@ def test_a_captured_launcher_gets_the_evolved_cubin_at_its_sizes_only(monkeypatc
     import sys
     import types
 
-    from evo.model.install import Choice, Installed, _sha
+    from evo.model.install import Installed
+    from evo.model.install_plan import Choice, code_sha as _sha
 
     loaded = []
 
@@ -379,7 +382,8 @@ def test_a_shrunk_grid_is_launched_by_inductors_launcher_divided(monkeypatch):
     import sys
     import types
 
-    from evo.model.install import Choice, Installed, _sha
+    from evo.model.install import Installed
+    from evo.model.install_plan import Choice, code_sha as _sha
 
     fake = types.ModuleType("triton")
     fake.runtime = SimpleNamespace(driver=SimpleNamespace(active=SimpleNamespace(
@@ -410,7 +414,7 @@ def test_a_shrunk_grid_is_launched_by_inductors_launcher_divided(monkeypatch):
 
 
 def test_a_grid_changed_for_a_code_of_several_sizes_is_not_installed(tmp_path):
-    from evo.model.install import _grid_divisor
+    from evo.model.install_plan import _grid_divisor
 
     spec = SimpleNamespace(grid=(128, 1, 1), block=(128, 1, 1))
     path = tmp_path / "k.launch.json"
@@ -473,7 +477,7 @@ def test_the_plan_leaves_out_what_verify_found_differing_or_slower_in_the_progra
     """evo verify keeps its verdicts in the run folder; evo.install then leaves out a best
     that differed from its own code on the program's data or ran slower there (for that
     same best only), while verify itself checks every best anew."""
-    from evo.model.install import VERIFIED
+    from evo.model.install_plan import VERIFIED
 
     run = _decoder_run(tmp_path / "run", "maxnreg(n=32)")
     name = capture.read(DECODER)["kernels"][0]["name"]
@@ -500,7 +504,7 @@ def test_a_program_checks_verdicts_kept_leave_out_a_kernel_slower_in_the_program
     installed choice (``kernel_verdicts``) kept in the run folder (``keep_verdicts``), and the
     plan then leaves out a best that ran slower in the program, keeps one that agreed."""
     from evo.model.check import ProgramCheck, keep_verdicts, kernel_verdicts
-    from evo.model.install import VERIFIED
+    from evo.model.install_plan import VERIFIED
 
     run = _decoder_run(tmp_path / "run", "maxnreg(n=32)")
     chosen = [c for c in plan(DECODER, run) if c.cubin is not None]

@@ -25,14 +25,14 @@ def model(tmp_path_factory):
 
 
 def _choice(kernel, ptx: str, grid_divisor=(1, 1, 1)):
-    from evo.model.install import Choice, _sha
+    from evo.model.install_plan import Choice, code_sha
     from harness.compile import compile_ptx
 
     spec = kernel["kernel_spec"]
     compiled = compile_ptx(ptx)
     assert compiled.ok, compiled.error
     scalars = {a["name"]: a["value"] for a in kernel["launch"]["args"] if not a["type"].startswith("*")}
-    return Choice(kernel["name"], kernel["source"]["kernel"], _sha(spec.ptx_text()), scalars,
+    return Choice(kernel["name"], kernel["source"]["kernel"], code_sha(spec.ptx_text()), scalars,
                   compiled.cubin, "test", grid_divisor=grid_divisor)
 
 

@@ -62,7 +62,7 @@ def test_a_best_failing_at_another_size_gives_way_to_the_runner_up(tmp_path, mon
     assert written.effective() == kept.effective()
     events = [json.loads(ln) for ln in (run.path / "events.jsonl").read_text().splitlines()]
     assert any(e["type"] == "sizes" and e["kernel"] == one["name"] for e in events)
-    from evo.model.install import plan
+    from evo.model.install_plan import plan
 
     choices = {c.name: c for c in plan(cap, run.path)}
     assert choices[one["name"]].cubin is not None and choices[one["name"]].scalars == {}

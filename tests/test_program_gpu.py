@@ -153,7 +153,7 @@ def test_verify_times_each_kernel_in_the_program_and_sees_a_slower_one(captured,
     saved = float(out.split("GPU time the evolved kernels saved over this run: ")[1].split(" us")[0])
     assert saved < 0, out  # it cost time, and says so
     assert out.count("slower here: evo.install leaves it out") == len(m["kernels"]), out
-    from evo.model.install import plan
+    from evo.model.install_plan import plan
 
     left_out = plan(cap, slow)  # what evo.install would put in now: none of them
     assert all(c.cubin is None and c.reason.startswith("slower in the program") for c in left_out)

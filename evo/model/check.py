@@ -3,7 +3,7 @@ DIR --run RUN -- python app.py ARGS``.
 
 The gate checked each variant on random inputs drawn over the ranges the capture saw; this
 checks it where it will run. The program runs as ``evo capture`` runs it
-(``evo.model.program``) with the run's best kernels installed (``evo.model.install.plan``
+(``evo.model.program``) with the run's best kernels installed (``evo.model.install_plan.plan``
 chooses them, ``Installed`` finds each launcher and its CUfunction). The first ``checks``
 launches of every installed kernel run twice, on the same arguments: the program's own
 code, then, with the tensors it writes put back as they were, the evolved code; the
@@ -199,7 +199,7 @@ def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECK
     docstring); returns {"status", "kernels": {name: summary}, "not_installed": {name:
     why}, "triton_gpu_us": the capture's}."""
     from evo.model.capture import read
-    from evo.model.install import plan
+    from evo.model.install_plan import plan
     from evo.model.program import need_torch, program_argv, run_program
 
     program_argv(command)  # a bad command line fails before torch is imported
@@ -245,7 +245,7 @@ def keep_verdicts(run_dir, command: list[str], kernels: dict) -> None:
     import json
     from pathlib import Path
 
-    from evo.model.install import VERIFIED
+    from evo.model.install_plan import VERIFIED
     from evo.rundir import write_atomic
 
     keep = ("genome", "agree", "checked", "worst", "own_us", "evolved_us", "timed", "launched")
@@ -256,7 +256,7 @@ def keep_verdicts(run_dir, command: list[str], kernels: dict) -> None:
 def cmd_verify(args) -> int:
     """``evo verify``: 0 when every installed kernel was launched and agreed, 1 when one
     differed or none could be checked, else the program's own failing status."""
-    from evo.model.install import SLOWER
+    from evo.model.install_plan import SLOWER
 
     check_args(args)
     verdict = verify_program(args.program, args.model, args.run, args.checks, args.timed)

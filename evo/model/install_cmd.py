@@ -49,7 +49,8 @@ def cmd_install(args) -> int:
     of the run would be installed."""
     import shlex
 
-    from evo.model.install import Installed, plan
+    from evo.model.install import Installed
+    from evo.model.install_plan import plan
     from evo.model.program import need_torch, program_argv, run_program
 
     if args.program:

@@ -56,7 +56,8 @@ def main(argv=None) -> int:
     from evo.model.capture import read
     from evo.model.step_time import waits_on_host
     from evo.model.check import ProgramCheck, keep_verdicts, kernel_verdicts
-    from evo.model.install import Installed, plan
+    from evo.model.install import Installed
+    from evo.model.install_plan import plan
     from evo.model.verify import report, verify
 
     out = Path(args.out)
