@@ -236,8 +236,9 @@ def _dividing(runner, fx: int, fy: int, fz: int):
 
 
 def _set(holder, key: str, value) -> None:
-    """A launcher's CUfunction: an entry of Triton's launcher scope, or an attribute of
-    torch's static launcher."""
+    """A launcher's CUfunction or runner: an entry of the launcher's scope (Triton's
+    launcher: both; torch's static launcher: its runner), or an attribute of torch's static
+    launcher (its CUfunction)."""
     if isinstance(holder, dict):
         holder[key] = value
     else:
