@@ -187,13 +187,18 @@ class Evaluator:
         if pool is None:
             module = self._module(spec)
             return [changes_kernel(module, g, spec.launch) for g in genes]
-        size = max(8, -(-len(genes) // self.apply_workers))
-        chunks = [genes[i:i + size] for i in range(0, len(genes), size)]
+        # every process a share, dealt round: the genes whose test evaluates the launch
+        # (coarsen_tile's factors, addr_rebase, vec_ld_index: ~1 s each on a Triton
+        # kernel of millions of threads) sit side by side in the alphabet
+        n = min(self.apply_workers, len(genes))
+        chunks = [genes[i::n] for i in range(n)]
         launch = spec.launch.to_json()
-        n = len(chunks)
         answers = pool.map(genes_changing, [str(spec.ptx_path)] * n, [spec.entry] * n,
                            [[str(g) for g in chunk] for chunk in chunks], [launch] * n)
-        return [changed for chunk in answers for changed in chunk]
+        changes: list[bool] = [False] * len(genes)
+        for i, chunk in enumerate(answers):
+            changes[i::n] = chunk
+        return changes
 
     def close(self) -> None:
         if self._apply_pool is not None and self._owns_apply_pool:
