@@ -39,6 +39,20 @@ def git_commit(root: Path = SOURCE_ROOT) -> str | None:
     return lines[1]
 
 
+def git_modified(root: Path = SOURCE_ROOT) -> bool | None:
+    """Whether tracked files of that checkout differ from its commit (a run's figures
+    then come from code no commit holds), or None where ``git_commit`` says None."""
+    if git_commit(root) is None:
+        return None
+    try:
+        out = subprocess.run([shutil.which("git"), "-C", str(root), "status", "--porcelain",
+                              "--untracked-files=no"], capture_output=True, text=True,
+                             timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(out.stdout.strip()) if out.returncode == 0 else None
+
+
 def cupy_version() -> str | None:
     """CuPy's version, or None where it does not import (imported here, only when asked)."""
     try:
@@ -84,6 +98,7 @@ def environment() -> dict:
     from evo import version
 
     return {"evo_version": version(), "evo_git_commit": git_commit(),
+            "evo_git_modified": git_modified(),
             "python_version": platform.python_version(), "cupy_version": cupy_version(),
             "ptxas_version": ptxas_version()}
 

@@ -74,6 +74,9 @@ def test_meta_json_says_what_ran(resumed):
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                           text=True).stdout.strip() if shutil.which("git") else None
     assert first["evo_git_commit"] == (head or None)
+    changed = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                             capture_output=True, text=True).stdout.strip() if head else None
+    assert first["evo_git_modified"] == (bool(changed) if head else None)
     # static: no GPU, so no driver and no devices
     assert first["nvidia_driver"] is None and first["devices"] is None
     assert first["backend"].startswith("static")
@@ -175,6 +178,22 @@ def test_gpu_backend_records_driver_and_devices(tmp_path, monkeypatch):
 
 def test_git_commit_is_null_outside_a_checkout_of_evo(tmp_path):
     assert runmeta.git_commit(tmp_path) is None
+    assert runmeta.git_modified(tmp_path) is None
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="no git here")
+def test_a_checkout_with_changed_tracked_files_is_said_modified(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
+    (tmp_path / "new.py").write_text("")  # untracked: no commit's code changed
+    assert runmeta.git_commit(tmp_path) and runmeta.git_modified(tmp_path) is False
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert runmeta.git_modified(tmp_path) is True
 
 
 def test_event_rows_get_a_time_and_callers_dicts_stay_as_they_were(tmp_path):
