@@ -129,8 +129,8 @@ class ProgramCheck(LaunchHook):
         return False
 
     def _entry(self, autotuner, args):
-        """The finder's Swap for this launcher, the evolved code
-        put in the first time it is seen; None for a kernel not installed."""
+        """The finder's Swap for this launcher, the evolved code put in the first time it
+        is seen; None for a kernel not installed."""
         fresh = len(autotuner.launchers) == 1 and id(autotuner.launchers[0]) not in self.finder.looked
         entry = self.finder.entry_for(autotuner, args)
         if fresh and entry is not None:
@@ -190,7 +190,6 @@ class ProgramCheck(LaunchHook):
                 verdict.update(agree=False, worst=f"{n}: {bad} of {close.numel()} elements "
                                                   f"outside rtol {rtol:g} / atol {atol:g}")
         return verdict
-
 
 
 def verify_program(command: list[str], capture_dir, run_dir, checks: int = CHECKS,
