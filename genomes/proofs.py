@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
@@ -29,6 +30,7 @@ from typing import Callable
 MEMORY = 256  # proofs kept in this process
 
 _memory: OrderedDict[str, object] = OrderedDict()
+_lock = threading.Lock()  # a run's searches are threads of one process
 _folder: Callable[[], Path | None] = lambda: None
 
 
@@ -67,9 +69,10 @@ def _path(name: str) -> Path | None:
 def recall(kind: str, key):
     """The value kept for this proof, or None."""
     name = _name(kind, key)
-    if name in _memory:
-        _memory.move_to_end(name)
-        return _memory[name]
+    with _lock:
+        if name in _memory:
+            _memory.move_to_end(name)
+            return _memory[name]
     path = _path(name)
     if path is None:
         return None
@@ -105,11 +108,13 @@ def keep(kind: str, key, value) -> None:
 
 def forget() -> None:
     """Empty this process's proofs (tests; the folder stays)."""
-    _memory.clear()
+    with _lock:
+        _memory.clear()
 
 
 def _remember(name: str, value) -> None:
-    _memory[name] = value
-    _memory.move_to_end(name)
-    while len(_memory) > MEMORY:
-        _memory.popitem(last=False)
+    with _lock:
+        _memory[name] = value
+        _memory.move_to_end(name)
+        while len(_memory) > MEMORY:
+            _memory.popitem(last=False)
