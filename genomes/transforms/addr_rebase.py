@@ -29,10 +29,9 @@ from dataclasses import dataclass
 
 from genomes import proofs
 from genomes.lane_merge import guard_mask, head_end
-from genomes.launch import launched_entry
 from genomes.memory import PointerInfo, effect
 from genomes.ptx import Address, Function, Instruction, Line, Module
-from genomes.transforms.base import NotApplicable, Transform
+from genomes.transforms.base import NotApplicable, Transform, launched
 
 PROOF = "addr_rebase/1"  # genomes.proofs: by (slice, accesses, launch), seconds each to redo
 _LIMIT = 1 << 31  # a PTX address offset is a signed 32-bit immediate
@@ -222,9 +221,7 @@ def rebase(fn: Function, launch) -> int:
 
 def apply(module: Module, launch) -> int:
     """Rebase the launched entry's provably constant-distance accesses; how many."""
-    entry = launched_entry(module, launch)
-    if isinstance(entry, str):
-        raise NotApplicable(entry)
+    entry = launched(module, launch)
     return rebase(entry, launch)
 
 

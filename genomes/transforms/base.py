@@ -11,12 +11,22 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from genomes.ptx import Module
+from genomes.launch import launched_entry
+from genomes.ptx import Function, Module
 
 
 class NotApplicable(Exception):
     """Raised by a transform that does not apply here, with the reason (a recorded no-op,
     like returning 0 changes, but saying why)."""
+
+
+def launched(module: Module, launch) -> Function:
+    """The kernel entry ``launch`` launches (``genomes.launch.launched_entry``); where
+    there is none, NotApplicable with the reason."""
+    fn = launched_entry(module, launch)
+    if isinstance(fn, str):
+        raise NotApplicable(fn)
+    return fn
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,11 @@ from __future__ import annotations
 import re
 
 from genomes.if_convert import exit_labels, if_convert
-from genomes.launch import Launch, launched_entry
+from genomes.launch import Launch
 from genomes.ptx import Directive, Instruction, Line, Module
 from genomes.thread_copies import PREFIX, Copy, FreshRegisters, Renamer
 from genomes.thread_index import declared_registers, works_together
-from genomes.transforms.base import NotApplicable, Param, Transform
+from genomes.transforms.base import NotApplicable, Param, Transform, launched
 
 FACTORS = (2, 4, 8)
 _INDEX = {"%tid.x": "%evk_tid", "%ctaid.x": "%evk_ctaid"}  # what each copy reads instead
@@ -144,9 +144,7 @@ def _merge(fn, launch: Launch) -> None:
 
 
 def apply(module: Module, launch: Launch, k: int) -> tuple[int, Launch]:
-    fn = launched_entry(module, launch)
-    if isinstance(fn, str):
-        raise NotApplicable(fn)
+    fn = launched(module, launch)
     why = _refusal(fn, launch, k)
     if why:
         raise NotApplicable(why)

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import re
 
-from genomes.launch import Launch, launched_entry
+from genomes.launch import Launch
 from genomes.ptx import Module
-from genomes.transforms.base import NotApplicable, Param, Transform
+from genomes.transforms.base import NotApplicable, Param, Transform, launched
 
 BLOCKS_PER_SM = (1, 2, 4, 8)
 
 
 def apply(module: Module, launch: Launch, blocks: int) -> tuple[int, Launch]:
-    fn = launched_entry(module, launch)
-    if isinstance(fn, str):
-        raise NotApplicable(fn)
+    fn = launched(module, launch)
     if re.search(r"\.(maxntid|reqntid|minnctapersm)\b", fn.directives):
         raise NotApplicable("the kernel states its own block size or occupancy")
     x, y, z = launch.block

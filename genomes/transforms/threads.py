@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import re
 
-from genomes.launch import Launch, launched_entry
+from genomes.launch import Launch
 from genomes.ptx import Instruction, Module
 from genomes.thread_index import global_index
-from genomes.transforms.base import NotApplicable, Param, Transform
+from genomes.transforms.base import NotApplicable, Param, Transform, launched
 
 THREADS = (64, 128, 256, 512, 1024)
 _SHARED = re.compile(r"\.shared\b")
@@ -33,9 +33,7 @@ _SHARED = re.compile(r"\.shared\b")
 def apply(module: Module, launch: Launch, threads: int) -> tuple[int, Launch]:
     if launch.block[1:] != (1, 1):
         raise NotApplicable(f"the block ({list(launch.block)}) is not one-dimensional")
-    fn = launched_entry(module, launch)
-    if isinstance(fn, str):
-        raise NotApplicable(fn)
+    fn = launched(module, launch)
     if threads == launch.block[0]:
         raise NotApplicable(f"the block already has {threads} threads")
     reads = {op for ins in fn.instructions() for op in ins.operands

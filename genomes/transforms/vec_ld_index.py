@@ -26,16 +26,13 @@ gene that would change it is a no-op, ``genomes.genome``).
 from __future__ import annotations
 
 from genomes.lane_merge import merge
-from genomes.launch import launched_entry
 from genomes.ptx import Module
-from genomes.transforms.base import NotApplicable, Transform
+from genomes.transforms.base import Transform, launched
 
 
 def apply(module: Module, launch) -> int:
     """Merge the launched entry's provably consecutive loads; the number of vector loads."""
-    entry = launched_entry(module, launch)
-    if isinstance(entry, str):
-        raise NotApplicable(entry)
+    entry = launched(module, launch)
     return merge(entry, launch)
 
 

@@ -31,9 +31,9 @@ them.
 
 from __future__ import annotations
 
-from genomes.launch import Launch, launched_entry
+from genomes.launch import Launch
 from genomes.ptx import Function, Instruction, Label, Line, Module
-from genomes.transforms.base import NotApplicable, Transform
+from genomes.transforms.base import NotApplicable, Transform, launched
 
 WARP = 32
 MAX_THREADS = 1024
@@ -52,9 +52,7 @@ def apply(module: Module, launch: Launch) -> tuple[int, Launch]:
     if launch.block[1:] != (1, 1) or launch.block[0] % WARP:
         raise NotApplicable(f"the block {list(launch.block)} is not one-dimensional in whole "
                             "warps")
-    fn = launched_entry(module, launch)
-    if isinstance(fn, str):
-        raise NotApplicable(fn)
+    fn = launched(module, launch)
     barriers = _block_barriers(fn)
     if isinstance(barriers, str):
         raise NotApplicable(barriers)
