@@ -218,10 +218,9 @@ class Installed(LaunchHook):
         old = holder[key] if isinstance(holder, dict) else getattr(holder, key)
         items = [(holder, key, old, function)]
         if tuple(choice.grid_divisor) != (1, 1, 1):
-            if "runner" not in scope or "runner" not in launcher.__code__.co_names:
+            if runner is None or "runner" not in launcher.__code__.co_names:
                 raise EvoError(f"install: {name}'s launcher calls no runner to give the "
                                "shrunk grid (a torch whose Inductor launches otherwise)")
-            runner = scope["runner"]
             items.append((scope, "runner", runner, _dividing(runner, *choice.grid_divisor)))
         return Swap(name, items)
 
