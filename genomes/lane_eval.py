@@ -89,31 +89,62 @@ def evaluable(fn: Function, registers, info: PointerInfo | None = None) -> list[
     return out
 
 
-def thread_chunks(grid, block, size: int = CHUNK) -> Iterator[dict[str, np.ndarray]]:
-    """The special registers of every thread of a launch, ``size`` threads at a time:
+def modelled(fn: Function, info: PointerInfo | None = None) -> set[str]:
+    """Every register ``evaluate`` can model, in one pass in program order (``evaluable``
+    tries each register alone, which is slow for hundreds): defined once, unguarded, by a
+    modelled instruction from immediates, special registers the launch fixes and
+    registers already found."""
+    info = info or PointerInfo(fn)
+    found: set[str] = set()
+    for ins in fn.instructions():
+        defs = ins.defs()
+        if len(defs) != 1 or ins.pred or info.single_def(defs[0]) is not ins:
+            continue
+        try:
+            _check_modelled(ins)
+        except Unsupported:
+            continue
+        if ins.op == "ld":
+            addr = ins.address()
+            if ins.mods[-1] not in ("b64", "u64") or addr is None or addr.offset:
+                continue
+        elif not all(r in found for r in _operand_registers(ins)) or any(
+                t.strip().lower().startswith(("0f", "0d")) for t in ins.operands[1:]):
+            continue
+        found.add(defs[0])
+    return found
+
+
+def thread_chunks(grid, block, size: int = CHUNK, ctas=None) -> Iterator[dict[str, np.ndarray]]:
+    """The special registers of every thread of a launch (``ctas``: of those blocks
+    only, linear block numbers), ``size`` threads at a time:
     ``{"%tid.x": array, ..., "%ntid.x": scalar, ...}``."""
     gx, gy, gz = grid
     bx, by, bz = block
     per_block = bx * by * bz
-    total = per_block * gx * gy * gz
+    blocks = None if ctas is None else np.asarray(ctas, dtype=np.int64)
+    total = per_block * (gx * gy * gz if blocks is None else len(blocks))
     fixed = {"%ntid.x": bx, "%ntid.y": by, "%ntid.z": bz,
              "%nctaid.x": gx, "%nctaid.y": gy, "%nctaid.z": gz}
     for start in range(0, total, size):
         t = np.arange(start, min(start + size, total), dtype=np.int64)
         thread, cta = t % per_block, t // per_block
+        if blocks is not None:
+            cta = blocks[cta]
         yield {**fixed, "%tid.x": thread % bx, "%tid.y": (thread // bx) % by,
                "%tid.z": thread // (bx * by), "%ctaid.x": cta % gx,
                "%ctaid.y": (cta // gx) % gy, "%ctaid.z": cta // (gx * gy)}
 
 
 def evaluate(fn: Function, registers, grid, block, limit: float = 4e9,
-             info: PointerInfo | None = None) -> Iterator[dict]:
-    """For each chunk of the launch's threads, ``{register: value}`` for ``registers``:
+             info: PointerInfo | None = None, ctas=None) -> Iterator[dict]:
+    """For each chunk of the launch's threads (``ctas``: of those blocks only), ``{register:
+    value}`` for ``registers``:
     an array of the register's bits as the signed integer dtype of its width (view it
     unsigned where that is meant), a bool array (predicates) or a ``Pointer``. Raises ``Unsupported`` before the first chunk when the
     slice cannot be modelled or when threads x slice length exceeds ``limit``."""
     code = backward_slice(fn, registers, info)
-    threads = math.prod(grid) * math.prod(block)
+    threads = (math.prod(grid) if ctas is None else len(ctas)) * math.prod(block)
     if threads * max(len(code), 1) > limit:
         raise Unsupported(f"{threads} threads x {len(code)} instructions is over the "
                           f"check's limit of {limit:.0e}")
@@ -124,7 +155,7 @@ def evaluate(fn: Function, registers, grid, block, limit: float = 4e9,
         for reg in _operand_registers(ins):
             last_use[reg] = i
     wanted = set(registers)
-    for specials in thread_chunks(grid, block):
+    for specials in thread_chunks(grid, block, ctas=ctas):
         env: dict = {}
         for i, ins in enumerate(code):
             with np.errstate(all="ignore"):  # wrap-around is the semantics, not an error

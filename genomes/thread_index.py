@@ -83,7 +83,7 @@ def register_type(reg: str, declared: dict[str, str]) -> str | None:
     """The declared type of ``reg`` (``%f3`` under ``%f<4>``), or None."""
     if reg in declared:
         return declared[reg]
-    m = re.fullmatch(r"(%[A-Za-z_$][A-Za-z_$]*?)(\d+)", reg)
+    m = re.fullmatch(r"(%[A-Za-z_$][\w$]*?)(\d+)", reg)  # %r3, %rd3, %evc_b32_3
     if m:
         for name, type_ in declared.items():
             rng = re.fullmatch(re.escape(m.group(1)) + r"<(\d+)>", name)

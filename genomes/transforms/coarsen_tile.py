@@ -78,12 +78,12 @@ def _straight(fn) -> str | None:
 
 
 def _index_lines(fresh: FreshRegisters, block: int, k: int) -> tuple[list, list[Copy]]:
-    """The new thread's k original (ctaid, tid) pairs, and a copy reading each."""
+    """The new thread's k original (ctaid, tid) pairs, neighbouring threads, and a copy
+    reading each."""
     c, t, g, g0 = (fresh.reg("b32") for _ in range(4))
     out = [Instruction("mov.u32", (c, "%ctaid.x")), Instruction("mov.u32", (t, "%tid.x")),
            Instruction("mad.lo.s32", (g, c, str(block), t)),
            Instruction("mul.lo.s32", (g0, g, str(k)))]
-    power = block & (block - 1) == 0
     copies = []
     for j in range(k):
         gj = g0
@@ -91,14 +91,18 @@ def _index_lines(fresh: FreshRegisters, block: int, k: int) -> tuple[list, list[
             gj = fresh.reg("b32")
             out.append(Instruction("add.s32", (gj, g0, str(j))))
         cta, tid = fresh.reg("b32"), fresh.reg("b32")
-        if power:
-            out += [Instruction("shr.u32", (cta, gj, str(block.bit_length() - 1))),
-                    Instruction("and.b32", (tid, gj, str(block - 1)))]
-        else:
-            out += [Instruction("div.u32", (cta, gj, str(block))),
-                    Instruction("rem.u32", (tid, gj, str(block)))]
+        out += divide(cta, tid, gj, block)
         copies.append(Copy({_INDEX["%ctaid.x"]: cta, _INDEX["%tid.x"]: tid}))
     return out, copies
+
+
+def divide(quotient: str, remainder: str, value: str, by: int) -> list[Instruction]:
+    """``quotient, remainder = value / by, value % by`` (unsigned), shifts for a power of 2."""
+    if by & (by - 1) == 0:
+        return [Instruction("shr.u32", (quotient, value, str(by.bit_length() - 1))),
+                Instruction("and.b32", (remainder, value, str(by - 1)))]
+    return [Instruction("div.u32", (quotient, value, str(by))),
+            Instruction("rem.u32", (remainder, value, str(by)))]
 
 
 def _reading_copies(ins: Instruction) -> Instruction:
@@ -108,29 +112,57 @@ def _reading_copies(ins: Instruction) -> Instruction:
     return ins.with_(operands=operands) if operands != ins.operands else ins
 
 
-def _coarsen(fn, launch: Launch, k: int) -> None:
+def _coarsen(fn, fresh: FreshRegisters, prologue: list,
+             copies: list[Copy]) -> list[list[Instruction]]:
+    """Run ``copies`` of the thread's work after ``prologue`` (which computes each copy's
+    indices); for each original instruction, its copies' instructions (copy 0 first)."""
     first = next(i for i, ln in enumerate(fn.body) if isinstance(ln.stmt, Instruction))
     last = max(i for i, ln in enumerate(fn.body) if isinstance(ln.stmt, Instruction))
-    fresh = FreshRegisters()
     renamer = Renamer(fn, fresh, 0)
-    prologue, copies = _index_lines(fresh, launch.block[0], k)
     body = [Line(ins) for ins in prologue]
+    twins = []
     for i in range(first, last):  # the final ret stays as it is
         line = fn.body[i]
         if not isinstance(line.stmt, Instruction):
             body.append(line)  # labels (debug information points at them), .loc, ...
             continue
-        ins, out = _reading_copies(line.stmt), []
+        ins, out, mine = _reading_copies(line.stmt), [], []
         for copy in copies:
             renamer.rename(ins, copy, out)
+            mine.append(out[-1])  # a guarded write's copy of the old value comes before
+        twins.append(mine)
         body += [Line(s, line.before, line.after) for s in out]
     fn.body[first:last] = body
     decl = max((i for i, ln in enumerate(fn.body[:first])
                 if isinstance(ln.stmt, Directive) and ln.stmt.keyword == ".reg"), default=-1)
     fn.body[decl + 1:decl + 1] = fresh.declarations()
+    return twins
 
 
-def _merge(fn, launch: Launch) -> None:
+def prepared(module: Module, launch: Launch, k: int):
+    """The launched entry, short branches predicated, where it has the shape the module's
+    docstring asks for k copies (else NotApplicable)."""
+    fn = launched(module, launch)
+    why = _refusal(fn, launch, k)
+    if why:
+        raise NotApplicable(why)
+    if_convert(fn, 0, exit_labels(fn))
+    why = _straight(fn)
+    if why:
+        raise NotApplicable(why)
+    return fn
+
+
+def copied(fn, index_lines) -> list[list[Instruction]]:
+    """``fn`` (``prepared``) made to run copies of a thread's work: ``index_lines(fresh)``
+    gives the lines computing each copy's indices and the copies; ``_coarsen``'s copies of
+    each instruction."""
+    fresh = FreshRegisters()
+    prologue, copies = index_lines(fresh)
+    return _coarsen(fn, fresh, prologue, copies)
+
+
+def merge_copies(fn, launch: Launch) -> None:
     """Merge and rebase the copies' accesses for the new launch (see the docstring)."""
     from genomes.lane_merge import merge
     from genomes.transforms.addr_rebase import rebase
@@ -144,17 +176,10 @@ def _merge(fn, launch: Launch) -> None:
 
 
 def apply(module: Module, launch: Launch, k: int) -> tuple[int, Launch]:
-    fn = launched(module, launch)
-    why = _refusal(fn, launch, k)
-    if why:
-        raise NotApplicable(why)
-    if_convert(fn, 0, exit_labels(fn))
-    why = _straight(fn)
-    if why:
-        raise NotApplicable(why)
-    _coarsen(fn, launch, k)
+    fn = prepared(module, launch, k)
+    copied(fn, lambda fresh: _index_lines(fresh, launch.block[0], k))
     new = launch.with_shape((launch.grid[0] // k, 1, 1), launch.block)
-    _merge(fn, new)
+    merge_copies(fn, new)
     return 1, new
 
 
