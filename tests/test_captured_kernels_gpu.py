@@ -56,11 +56,13 @@ def test_a_captured_kernel_and_each_transform_measured(name):
 @pytest.mark.parametrize("name, genomes", [
     ("rotary_llama_x2", ["fast_sincos,coarsen_tile(k=2)", "fast_sincos,coarsen_tile(k=4)",
                          "fast_sincos,coarsen_tile(k=8)"]),
-    ("rotary_llama", ["fast_sincos,addr_rebase", "fast_sincos,coarsen_tile(k=2)"]),
+    ("rotary_llama", ["fast_sincos,addr_rebase", "fast_sincos,coarsen_tile(k=2)",
+                      "fast_sincos,coarsen_repeat(k=4)", "fast_sincos,coarsen_repeat(k=2)"]),
     ("cat_transpose", ["coarsen_tile(k=2)", "addr_rebase,vec_ld_index"])])
 def test_coarsened_and_rebased_triton_kernels_pass_the_gate(name, genomes):
-    """Each thread doing 2-8 threads' work, accesses merged and rebased by launch-wide
-    proofs: the gate's fresh inputs agree with the baseline (within bf16's rounding of
+    """Each thread doing 2-8 threads' work, accesses merged, rebased or shared (the rotary
+    kernel's repeated key heads) by launch-wide proofs: the gate's fresh inputs agree with
+    the baseline (within bf16's rounding of
     libdevice's sin/cos where fast_sincos is in)."""
     from genomes.genome import parse_inline
 
