@@ -114,11 +114,24 @@ def test_untried_genes_that_change_the_launch_get_a_seed_without_them_too():
     got = seeds_with_untried(prior, alphabet, [parse_inline("vec_ld(width=4)")])
     assert [str(g) for g in got] == [
         "fast_sincos,vec_ld(width=4),coarsen_tile(k=4),addr_rebase",  # enabler first
+        "fast_sincos,coarsen_tile(k=4)",  # the new launch alone, with its enabler
         "vec_ld(width=4),fast_sincos,addr_rebase"]
     assert seeds_with_untried(prior, alphabet[:2] + alphabet[4:], []) == [
         parse_inline("fast_sincos,addr_rebase")]  # nothing changes the launch: one seed
     many = dict(PRIOR, evidence={})
     assert seeds_with_untried(many, [g for g in gene_alphabet()], []) == []  # a thin prior
+
+
+def test_an_untried_gene_that_needs_another_first_gets_it_in_its_seeds():
+    """coarsen_repeat applies after fast_sincos only (libdevice's sin/cos branch): where the
+    prior's first seed has no fast_sincos, the untried gene's seeds bring it."""
+    alphabet = [parse_inline(t).genes[0] for t in ("fast_sincos", "coarsen_repeat(k=4)",
+                                                   "coarsen_tile(k=4)", "vec_st(width=4)")]
+    prior = dict(PRIOR, evidence={"fast_sincos": 1.0, "coarsen_tile(k=4)": 1.0,
+                                  "vec_st(width=4)": 1.0})
+    got = seeds_with_untried(prior, alphabet, [parse_inline("vec_st(width=4),coarsen_tile(k=4)")])
+    assert [str(g) for g in got] == ["fast_sincos,vec_st(width=4),coarsen_repeat(k=4)",
+                                     "fast_sincos,coarsen_repeat(k=4)"]
 
 
 def test_generation_one_tries_an_untried_gene_on_the_first_seed():
@@ -133,9 +146,9 @@ def test_generation_one_tries_an_untried_gene_on_the_first_seed():
     search_kernel(measuring("reduce_sum", fake_measure("reduce_sum"), spec=spec),
                   MemoryLedger(new_checkpoint(config), kept=events), config, prior=prior)
     first = first_generation(events)
-    assert first[:4] == ["(baseline)", "vec_ld(width=4),vec_st(width=4)", "vec_ld(width=4)",
-                         "maxnreg(n=128),vec_ld(width=4)"]
-    assert first[4] == "vec_ld(width=4),vec_st(width=4),warp_tail"
+    # the first seeds, then the untried launch gene on the first and alone
+    assert first == ["(baseline)", "vec_ld(width=4),vec_st(width=4)", "vec_ld(width=4)",
+                     "vec_ld(width=4),vec_st(width=4),warp_tail", "warp_tail"]
     # a thin prior (most genes untried) keeps its seeds: the draw's doubt covers the rest
     thin = dict(PRIOR, evidence={})
     events.clear()

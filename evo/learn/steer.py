@@ -21,7 +21,7 @@ steered gene draw for mutation.
 from __future__ import annotations
 
 from genomes.errors import EvoError
-from genomes.genome import Genome, parse_inline
+from genomes.genome import Gene, Genome, parse_inline
 from genomes.variation import one_per_group, random_gene, seed_order
 
 from evo.learn.priors import MIN_EFFECT, gene_key
@@ -71,22 +71,41 @@ def untried_genes(prior: dict | None, alphabet: list | None) -> list:
 def seeds_with_untried(prior: dict | None, alphabet: list | None,
                        seeds: list[Genome]) -> list[Genome]:
     """The genomes with which generation 1 tries the untried genes: the first seed (or
-    nothing) with them on top (one gene a group, in ``seed_order``), and where some of
-    them change the launch, the same without those (a coarsened launch hides what the
-    others do: Llama's rotary kernel of 8 elements a thread, coarsened by 4, ran 1.6x
-    slower than with ``fast_sincos,addr_rebase`` alone); none when none, or more than
-    ``UNTRIED_SEED_MAX``, are untried."""
+    nothing) with them on top (one gene a group, in ``seed_order``, each with a gene that
+    enables it where the seed has none: ``coarsen_repeat`` applies after ``fast_sincos``
+    only); where some of them change the launch, those alone (with the first seed's genes
+    a new launch may not apply, or its gain hide behind theirs) and the others without
+    them (a coarsened launch hides what they do: Llama's rotary kernel of 8
+    elements a thread, coarsened by 4, ran 1.6x slower than with ``fast_sincos,
+    addr_rebase`` alone); none when none, or more than ``UNTRIED_SEED_MAX``, are
+    untried."""
     from genomes import transforms
 
     untried = one_per_group(untried_genes(prior, alphabet))  # one of coarsen_tile's ks
     if not untried or len(untried) > UNTRIED_SEED_MAX:
         return []
     top = seeds[0].genes if seeds else ()
-    out = [Genome(tuple(seed_order((*top, *untried)))).effective()]
-    keeps = [g for g in untried if not transforms.get(g.transform).edits_launch]
-    if keeps and len(keeps) < len(untried):
-        out.append(Genome(tuple(seed_order((*top, *keeps)))).effective())
-    return out
+    out = [_seed((*top, *untried))]
+    launch = [g for g in untried if transforms.get(g.transform).edits_launch]
+    if launch:
+        out.append(_seed(launch))
+    if launch and len(launch) < len(untried):
+        out.append(_seed((*top, *(g for g in untried if g not in launch))))
+    return list(dict.fromkeys(out))
+
+
+def _seed(genes) -> Genome:
+    """``genes`` as one seed: each gene whose transform needs another first
+    (``enabled_by``) gets the first of those where none is among them, all in
+    ``seed_order``, one gene a group."""
+    from genomes import transforms
+
+    genes = list(genes)
+    for gene in list(genes):
+        need = transforms.get(gene.transform).enabled_by
+        if need and not {g.transform for g in genes} & set(need):
+            genes.append(Gene.make(need[0]))
+    return Genome(tuple(seed_order(genes))).effective()
 
 
 def in_last_places(seeds: list[Genome], untried: list[Genome], places: int) -> list[Genome]:
