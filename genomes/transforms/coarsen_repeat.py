@@ -155,8 +155,10 @@ def _proven(fn, twins, launch: Launch) -> tuple[list, list]:
     if not wanted:
         return [], []
     code = lane_eval.backward_slice(fn, wanted, info)
-    key = (tuple(i.render() for i in code), tuple(loads), tuple(p[2:] for p in pairs),
-           launch.grid, launch.block)
+    # the loads whole (their offsets and guards decide too), the registers by name
+    key = (tuple(i.render() for i in code),
+           tuple((n, j, twins[n][0].render(), twins[n][j].render()) for n, j in loads),
+           tuple(p[2:] for p in pairs), launch.grid, launch.block)
     kept = proofs.recall(PROOF, key)
     if kept is not None:
         return [tuple(x) for x in kept[0]], [tuple(x) for x in kept[1]]
