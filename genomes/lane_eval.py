@@ -108,11 +108,23 @@ def modelled(fn: Function, info: PointerInfo | None = None) -> set[str]:
             addr = ins.address()
             if ins.mods[-1] not in ("b64", "u64") or addr is None or addr.offset:
                 continue
-        elif not all(r in found for r in _operand_registers(ins)) or any(
-                t.strip().lower().startswith(("0f", "0d")) for t in ins.operands[1:]):
+        elif not all(_readable(t, found) for t in ins.operands[1:]):
             continue
         found.add(defs[0])
     return found
+
+
+def _readable(text: str, found: set[str]) -> bool:
+    """Whether ``_value`` reads the operand: a register found so far, a special register
+    the launch fixes, an integer immediate."""
+    text = text.strip()
+    if text.startswith("%"):
+        return text in found or text.startswith(_SPECIAL)
+    try:
+        int(text, 0)
+    except ValueError:
+        return False
+    return True
 
 
 def thread_chunks(grid, block, size: int = CHUNK, ctas=None) -> Iterator[dict[str, np.ndarray]]:

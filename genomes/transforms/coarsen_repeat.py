@@ -73,8 +73,11 @@ def _stride(fn, launch: Launch, k: int) -> int:
     strides = [s for s in range(1, grid // k + 1) if grid % (k * s) == 0][:STRIDES]
     for s in strides:
         blocks = sorted({0, s // 2, s - 1, grid - 2 * s, grid - s - 1})
-        chunk = next(lane_eval.evaluate(fn, wanted, launch.grid, launch.block, info=info,
-                                        ctas=blocks + [b + s for b in blocks]))
+        try:
+            chunk = next(lane_eval.evaluate(fn, wanted, launch.grid, launch.block, info=info,
+                                            ctas=blocks + [b + s for b in blocks]))
+        except lane_eval.Unsupported as why:
+            raise NotApplicable(f"the loads' addresses cannot be evaluated: {why}") from None
         half = len(blocks) * launch.block[0]
         if all(_same(chunk, ins, ins, slice(0, half), slice(half, None)) for ins in loads):
             return s
