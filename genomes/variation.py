@@ -145,12 +145,25 @@ def group_combinations(alphabet: list[Gene] | None = None):
 
 def changes_kernel(module, gene: Gene, launch=None) -> bool:
     """Whether ``gene`` changes the kernel (its PTX or launch) applied alone or, for a
-    transform with ``enabled_by``, applied after one of those genes."""
+    transform with ``enabled_by``, applied after one of those genes. A transform with a
+    ``precheck`` is asked that instead of applied (its proofs cost seconds a gene): the
+    answer may then be yes for a gene whose proof would find nothing to change."""
     from genomes.genome import apply_genome
+    from genomes.ptx import parse
 
+    t = transforms.get(gene.transform)
+    if t.precheck is not None and launch is not None:
+        if t.shape_refusal(module, dict(gene.params), launch) is None:
+            return True
+        for name in t.enabled_by:
+            after = apply_genome(module, Genome((Gene.make(name),)), launch)
+            if after.changed and t.shape_refusal(parse(after.ptx), dict(gene.params),
+                                                 launch) is None:
+                return True
+        return False
     if apply_genome(module, Genome((gene,)), launch).changed:
         return True
-    for name in transforms.get(gene.transform).enabled_by:
+    for name in t.enabled_by:
         after = apply_genome(module, Genome((Gene.make(name), gene)), launch)
         if after.outcomes[-1].status == "applied":
             return True

@@ -144,3 +144,22 @@ def test_the_llama_key_rotary_kernel_computes_each_sine_once_for_its_four_heads(
     assert _sines(sincos.ptx, tmp_path) == 16
     assert _sines(tile.ptx, tmp_path) == 64
     assert _sines(repeat.ptx, tmp_path) == 16
+
+
+@pytest.mark.parametrize("name", ["rotary_llama", "rotary_llama_x2", "cat_transpose",
+                                  "addmm_gelu"])
+@pytest.mark.parametrize("gene", ["coarsen_tile(k=4)", "coarsen_repeat(k=4)"])
+def test_the_search_asks_the_coarsenings_their_shape_and_gets_what_applying_says(name, gene):
+    """``changes_kernel`` (what a search asks of every gene on every kernel) takes the
+    coarsenings' ``precheck`` in place of their launch-wide proofs: same answer here,
+    alone and after fast_sincos, as applying them."""
+    from genomes.genome import Genome
+    from genomes.variation import changes_kernel
+
+    spec = find_kernel(Path(__file__).parent / "data" / "captured" / f"{name}.toml")
+    module = ptx.parse(spec.ptx_text())
+    g = parse_inline(gene).genes[0]
+    applied = (apply_genome(module, Genome((g,)), spec.launch).changed
+               or apply_genome(module, parse_inline(f"fast_sincos,{gene}"),
+                               spec.launch).outcomes[-1].status == "applied")
+    assert changes_kernel(module, g, spec.launch) == applied

@@ -132,6 +132,12 @@ class Transform:
     ``coarsen_tile`` out until ``fast_sincos`` replaces them. A search counts such a gene as
     applicable (``genomes.variation.changes_kernel``) and seeds it after its enabler.
 
+    ``precheck(module, launch, **params)``, where given, says quickly whether ``apply``
+    would find the kernel of its shape (None, or why not) without the launch-wide proofs
+    that make ``apply`` take seconds on a kernel of millions of threads; what a search asks
+    of every gene of the library on every kernel (``changes_kernel``) takes it for the
+    answer. It never mutates ``module``.
+
     A transform with ``changes_results`` may change what the kernel computes in the last
     bits (fast math: approximate instructions, flushed subnormals, fused mul+add), within
     the tolerance the gate allows; every other transform leaves the results bit for bit
@@ -149,6 +155,7 @@ class Transform:
     pins_launch: bool = False
     enabled_by: tuple[str, ...] = ()
     changes_results: bool = False
+    precheck: Callable[..., str | None] | None = None
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -162,6 +169,12 @@ class Transform:
         full = {p.name: p.default for p in self.params}
         full.update(params)
         return self.apply(module, **full)
+
+    def shape_refusal(self, module: Module, params: dict[str, Any], launch) -> str | None:
+        """``precheck``'s answer for these parameters (None: of the shape ``apply`` needs)."""
+        full = {p.name: p.default for p in self.params}
+        full.update(params)
+        return self.precheck(module, launch, **full)
 
     def run_launch(self, module: Module, params: dict[str, Any], launch) -> tuple[int, Any]:
         """Apply an ``edits_launch`` transform: (changes, the launch it implies); a

@@ -44,7 +44,8 @@ from genomes.thread_index import declared_registers, register_type
 from genomes.transforms.base import NotApplicable, Param, Transform
 from genomes.transforms.coarsen_tile import copied, divide, merge_copies, prepared
 
-PROOF = "coarsen_repeat/1"  # genomes.proofs: by (slice, pairs, launch)
+PROOF = "coarsen_repeat/1"  # genomes.proofs: by (slice, loads, pairs, launch)
+STRIDE = "coarsen_repeat_stride/1"  # the sampled stride, by (slice, loads, launch, k)
 FACTORS = (2, 4, 8)
 STRIDES = 64  # candidate strides tried on the sample, at most
 _REG = re.compile(r"%[A-Za-z_$][\w$]*")
@@ -71,6 +72,26 @@ def _stride(fn, launch: Launch, k: int) -> int:
         raise NotApplicable("the loads' addresses or guards cannot be evaluated")
     grid = launch.grid[0]
     strides = [s for s in range(1, grid // k + 1) if grid % (k * s) == 0][:STRIDES]
+    try:
+        code = lane_eval.backward_slice(fn, wanted, info)
+    except lane_eval.Unsupported as why:
+        raise NotApplicable(f"the loads' addresses cannot be evaluated: {why}") from None
+    key = (tuple(i.render() for i in code), tuple(i.render() for i in loads), launch.grid,
+           launch.block, k)
+    kept = proofs.recall(STRIDE, key)  # the guess, for every gene and genome of a search
+    if kept is None:
+        kept = _sampled(fn, info, loads, wanted, launch, strides)
+        proofs.keep(STRIDE, key, kept)
+    if not kept:
+        raise NotApplicable(f"no stride of at most {strides[-1]} blocks repeats the loads")
+    return kept
+
+
+def _sampled(fn, info, loads, wanted, launch: Launch, strides: list[int]) -> int:
+    """The first of ``strides`` that repeats the loads on the sample blocks, or 0."""
+    from genomes import lane_eval
+
+    grid = launch.grid[0]
     for s in strides:
         blocks = sorted({0, s // 2, s - 1, grid - 2 * s, grid - s - 1})
         try:
@@ -81,7 +102,7 @@ def _stride(fn, launch: Launch, k: int) -> int:
         half = len(blocks) * launch.block[0]
         if all(_same(chunk, ins, ins, slice(0, half), slice(half, None)) for ins in loads):
             return s
-    raise NotApplicable(f"no stride of at most {strides[-1]} blocks repeats the loads")
+    return 0
 
 
 def _same(chunk: dict, a: Instruction, b: Instruction, at_a, at_b) -> bool:
@@ -228,6 +249,17 @@ def _rewrite(fn, twins, loads, pairs) -> int:
     return len(new)
 
 
+def precheck(module: Module, launch: Launch, k: int) -> str | None:
+    """Why the kernel is not of the shape for k copies or its loads do not repeat on the
+    sample (``_stride``), or None: what a search asks of this gene, without the proof."""
+    try:
+        fn = prepared(module.copy(), launch, k)
+        _stride(fn, launch, k)
+    except NotApplicable as why:
+        return str(why)
+    return None
+
+
 def apply(module: Module, launch: Launch, k: int) -> tuple[int, Launch]:
     fn = prepared(module, launch, k)
     s = _stride(fn, launch, k)
@@ -260,4 +292,5 @@ TRANSFORM = Transform(
     edits_launch=True,
     pins_launch=True,
     enabled_by=("fast_sincos",),  # libdevice's sin/cos: branches and local memory
+    precheck=precheck,
 )

@@ -175,6 +175,16 @@ def merge_copies(fn, launch: Launch) -> None:
             continue  # what cannot be proven stays as the copies left it
 
 
+def precheck(module: Module, launch: Launch, k: int) -> str | None:
+    """Why the kernel is not of the shape for k copies (``prepared``), or None: what a
+    search asks of this gene, without the copies' launch-wide proofs."""
+    try:
+        prepared(module.copy(), launch, k)
+    except NotApplicable as why:
+        return str(why)
+    return None
+
+
 def apply(module: Module, launch: Launch, k: int) -> tuple[int, Launch]:
     fn = prepared(module, launch, k)
     copied(fn, lambda fresh: _index_lines(fresh, launch.block[0], k))
@@ -197,4 +207,5 @@ TRANSFORM = Transform(
     edits_launch=True,
     pins_launch=True,
     enabled_by=("fast_sincos",),  # libdevice's sin/cos: branches and local memory
+    precheck=precheck,
 )
