@@ -9,7 +9,9 @@ A search (``evo.search.search_kernel``) asks two things of the world: measure th
 2. apply and assemble the batch (``Evaluator.prepare``), then check and time it on the GPU
    (``Evaluator.finish``) in the GPUs' shared turn (``evo.driver.GpuTurns``), so that a
    finalist check or a peer's timing never runs beside a measurement; the seconds of
-   each go into ``seconds`` ("search: ptxas", "search: GPU": report.md's table);
+   each go into ``seconds`` ("search: ptxas", "search: GPU": report.md's table; the
+   genomes applied and assembled only to know their machine code, and the genes tried
+   alone, under "search: look-ups");
 3. record what each gene did (``evo.learn.observe.link_results``, under the kernel's store
    name, as its measurements are);
 4. show the batch to each observer (``Observer``): a progress bar, bench's curve.
@@ -29,7 +31,8 @@ from harness.record import Measurement
 from evo.driver import GpuTurns, Stopped
 from evo.learn.observe import link_results
 
-PTXAS = "search: ptxas"  # apply, assemble, the novelty look-ups
+PTXAS = "search: ptxas"  # the measured batches: apply, assemble, the static gate
+LOOKUPS = "search: look-ups"  # machine code without measuring (novelty), genes alone (alphabet)
 GPU = "search: GPU"  # checks and timing, the wait for the GPU's turn included
 
 
@@ -71,11 +74,11 @@ class KernelRun:
         return results
 
     def code_keys(self, genomes: list[Genome]) -> list[str | None]:
-        with self._timed(PTXAS):
+        with self._timed(LOOKUPS):
             return self.evaluator.code_keys(self.spec, genomes)
 
     def changes_alone(self, genes: list) -> list[bool]:
-        with self._timed(PTXAS):
+        with self._timed(LOOKUPS):
             return self.evaluator.changes_alone(self.spec, genes)
 
     @contextlib.contextmanager

@@ -230,7 +230,7 @@ def finalist_lines(checkpoint: dict) -> list[str]:
     return lines
 
 
-SEARCH_PARTS = (kernel_run.PTXAS, kernel_run.GPU)  # within "search"
+SEARCH_PARTS = (kernel_run.PTXAS, kernel_run.LOOKUPS, kernel_run.GPU)  # within "search"
 FINALIST_GPU = "finalist check: GPU"  # the seconds its processes held a GPU, within the step
 PEER_GPU = "peer: GPU"
 PARTS = (*SEARCH_PARTS, FINALIST_GPU, PEER_GPU)  # within another step: not added to the total
@@ -301,9 +301,11 @@ def time_lines(checkpoint: dict, host: dict | None = None) -> list[str]:
         total = sum(v for step, v in sec.items() if step not in PARTS)
         lines.append(f"| {kernel} | " + " | ".join(cells) + f" | {total:.1f} |")
     if any(s in steps for s in SEARCH_PARTS):
-        lines += ["", "*search: ptxas*: genomes applied and assembled (with the novelty "
-                  "look-ups); *search: GPU*: the worker's checks and timing, the wait for it "
-                  "included; both within *search*."]
+        lines += ["", "*search: ptxas*: the measured genomes applied and assembled, the "
+                  "static gate; *search: look-ups*: genomes applied and assembled only for "
+                  "their machine code (the novelty look-ups), the library's genes tried alone "
+                  "(the alphabet); *search: GPU*: the worker's checks and timing, the wait for "
+                  "it included; all within *search*."]
     if FINALIST_GPU in steps or PEER_GPU in steps:
         lines += ["", "*finalist check: GPU*, *peer: GPU*: the seconds the step held a GPU "
                   "(no measurement ran on it meanwhile); the finalist check's within its step. "
