@@ -42,11 +42,10 @@ from genomes.ptx import Instruction, Line, Module
 from genomes.thread_copies import Copy, FreshRegisters
 from genomes.thread_index import declared_registers, register_type
 from genomes.transforms.base import NotApplicable, Param, Transform
-from genomes.transforms.coarsen_tile import copied, divide, merge_copies, prepared
+from genomes.transforms.coarsen_tile import FACTORS, copied, divide, merge_copies, prepared
 
 PROOF = "coarsen_repeat/1"  # genomes.proofs: by (slice, loads, pairs, launch)
 STRIDE = "coarsen_repeat_stride/1"  # the sampled stride, by (slice, loads, launch, k)
-FACTORS = (2, 4, 8)
 STRIDES = 64  # candidate strides tried on the sample, at most
 _REG = re.compile(r"%[A-Za-z_$][\w$]*")
 _INDEX = {"%ctaid.x": "%evk_ctaid", "%tid.x": "%evk_tid"}  # coarsen_tile's placeholders
