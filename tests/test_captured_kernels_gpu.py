@@ -79,6 +79,25 @@ def test_coarsened_and_rebased_triton_kernels_pass_the_gate(name, genomes):
         assert all(o["status"] == "applied" for o in m.notes["genes"][-1:]), m.notes["genes"]
 
 
+def test_repeat_kv_fused_into_a_rotary_embedding_by_nvcc_passes_the_gate_coarsened():
+    """The CUDA C repeat of tests/data/unseen/repeat (nvcc's PTX), each thread doing the
+    work of threads 1-4 heads apart that read the same key element: the gate's fresh
+    inputs agree with the baseline."""
+    from genomes.genome import parse_inline
+
+    spec = find_kernel(Path(__file__).parent / "data" / "unseen" / "repeat" /
+                       "repeat_kv_rope.toml")
+    genomes = ["coarsen_repeat(k=4)", "coarsen_repeat(k=2)", "coarsen_tile(k=4)"]
+    with gpu_evaluator(seed=7) as evaluator:
+        results = evaluator.evaluate(spec, [Genome()] + [parse_inline(g) for g in genomes])
+    assert results[0].valid, results[0].reason
+    print("\nrepeat_kv_rope: " + ", ".join(
+        f"{g} {results[0].cycles / m.cycles:.3f}x" if m.valid else f"{g} rejected: {m.reason}"
+        for g, m in zip(genomes, results[1:])))
+    for g, m in zip(genomes, results[1:]):
+        assert m.valid, f"{g}: {m.reason}"
+
+
 def test_a_variant_of_a_kernel_adding_floats_atomically_passes_the_finalist_check():
     """Its two determinism runs differ in the last bits, as its baseline's do: judged
     within the tolerance, not bit for bit."""

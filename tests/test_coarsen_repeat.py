@@ -163,3 +163,21 @@ def test_the_search_asks_the_coarsenings_their_shape_and_gets_what_applying_says
                or apply_genome(module, parse_inline(f"fast_sincos,{gene}"),
                                spec.launch).outcomes[-1].status == "applied")
     assert changes_kernel(module, g, spec.launch) == applied
+
+
+@needs_ptxas
+def test_repeat_kv_fused_into_a_rotary_embedding_by_nvcc_shares_its_sine(tmp_path):
+    """The same repeat in CUDA C that nvcc compiled (tests/data/unseen/repeat): one element
+    a thread, blocks 256 apart reading the same key element; coarsened by 4 over that
+    repeat, the thread loads once and ptxas keeps one sine and one cosine for 4 stores
+    (8 after coarsen_tile), the rotation's select shared too."""
+    spec = find_kernel(Path(__file__).parent / "data" / "unseen" / "repeat" /
+                       "repeat_kv_rope.toml")
+    repeat = apply_genome(spec.ptx_text(), parse_inline("coarsen_repeat(k=4)"), spec.launch)
+    assert repeat.outcomes[0].status == "applied", repeat.outcomes[0].detail
+    assert len(_global(repeat.ptx, "ld")) == len(_global(spec.ptx_text(), "ld")) == 3
+    assert len(_global(repeat.ptx, "st")) == 4
+    assert np.all(np.diff(_copy_blocks(repeat.ptx, repeat.launch, 4), axis=0) == 256)
+    tile = apply_genome(spec.ptx_text(), parse_inline("coarsen_tile(k=4)"), spec.launch)
+    assert _sines(tile.ptx, tmp_path) == 8
+    assert _sines(repeat.ptx, tmp_path) == 2
