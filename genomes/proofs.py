@@ -21,11 +21,12 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
+
+from genomes.cache_files import write_quietly
 
 MEMORY = 256  # proofs kept in this process
 
@@ -90,20 +91,8 @@ def keep(kind: str, key, value) -> None:
     name = _name(kind, key)
     _remember(name, value)
     path = _path(name)
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump(value, out)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError:
-        return
+    if path is not None:
+        write_quietly(path, json.dumps(value).encode())
 
 
 def forget() -> None:

@@ -24,8 +24,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
+
+from genomes.cache_files import write_quietly
 
 OFF = "off"
 DEFAULT_MB = 1024
@@ -88,18 +89,7 @@ def keep(name: str, returncode: int | None, text: str, blob: bytes = b"") -> Non
     if path is None or returncode is None or returncode < 0:
         return
     head = json.dumps({"returncode": returncode, "text": text, "size": len(blob)}).encode()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(head + b"\n" + blob)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError:
-        return
+    write_quietly(path, head + b"\n" + blob)
     if name.startswith("00"):  # one write in 256: a look at the folder's size
         prune()
 
