@@ -164,23 +164,22 @@ class Transform:
         known = ", ".join(p.name for p in self.params) or "none"
         raise ValueError(f"{self.name} has no parameter {name!r} (parameters: {known})")
 
+    def _full(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with every parameter not given at its default."""
+        return {**{p.name: p.default for p in self.params}, **params}
+
     def run(self, module: Module, params: dict[str, Any]) -> int:
         """Apply a transform that leaves the launch alone; the count of changes."""
-        full = {p.name: p.default for p in self.params}
-        full.update(params)
-        return self.apply(module, **full)
+        return self.apply(module, **self._full(params))
 
     def shape_refusal(self, module: Module, params: dict[str, Any], launch) -> str | None:
         """``precheck``'s answer for these parameters (None: of the shape ``apply`` needs)."""
-        full = {p.name: p.default for p in self.params}
-        full.update(params)
-        return self.precheck(module, launch, **full)
+        return self.precheck(module, launch, **self._full(params))
 
     def run_launch(self, module: Module, params: dict[str, Any], launch) -> tuple[int, Any]:
         """Apply an ``edits_launch`` transform: (changes, the launch it implies); a
         ``reads_launch`` one: (changes, the same launch)."""
-        full = {p.name: p.default for p in self.params}
-        full.update(params)
+        full = self._full(params)
         if self.reads_launch:
             return self.apply(module, launch, **full), launch
         return self.apply(module, launch, **full)

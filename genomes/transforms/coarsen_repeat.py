@@ -149,14 +149,26 @@ def _pairs(twins, regs: set[str]) -> list[tuple[int, int, str, str]]:
         if len(defs) == 1 and defs[0] in regs:
             continue  # index arithmetic itself: only what data reads from it matters
         start = 1 if defs else 0
-        texts0 = [o for o in first.operands[start:] if not o.strip().startswith("[")]
+        names0 = _data_reads(first, start)
         for j, ins in enumerate(mine[1:], 1):
-            texts = [o for o in ins.operands[start:] if not o.strip().startswith("[")]
-            names0 = _REG.findall(" ".join(texts0)) + [(first.pred or "").lstrip("@!")]
-            names = _REG.findall(" ".join(texts)) + [(ins.pred or "").lstrip("@!")]
-            out += [(n, j, a, b) for a, b in zip(names0, names)
+            out += [(n, j, a, b) for a, b in zip(names0, _data_reads(ins, start))
                     if a != b and a in regs and b in regs]
     return out
+
+
+def _data_reads(ins: Instruction, start: int) -> list[str]:
+    """The registers ``ins`` reads from operand ``start`` on, its address left out, then
+    its guard's ("" for none): position for position alike in every copy."""
+    texts = [o for o in ins.operands[start:] if not o.strip().startswith("[")]
+    return _REG.findall(" ".join(texts)) + [(ins.pred or "").lstrip("@!")]
+
+
+def _guard(pred: str | None, table: dict[str, str]) -> str | None:
+    """The guard ``pred`` reading ``table``'s register for its own, where it has one."""
+    if not pred:
+        return pred
+    bang = "@!" if pred.startswith("@!") else "@"
+    return bang + table.get(pred.lstrip("@!"), pred.lstrip("@!"))
 
 
 def _proven(fn, twins, launch: Launch) -> tuple[list, list]:
@@ -218,10 +230,7 @@ def _rewrite(fn, twins, loads, pairs) -> int:
     new: dict[int, list[Instruction]] = {}
     for n, j in loads:
         a, b = twins[n][0], twins[n][j]
-        pred = b.pred
-        if pred and id(b) in renames:  # the guard may itself be copy 0's
-            bang = "@!" if pred.startswith("@!") else "@"
-            pred = bang + renames[id(b)].get(pred.lstrip("@!"), pred.lstrip("@!"))
+        pred = _guard(b.pred, renames.get(id(b), {}))  # the guard may itself be copy 0's
         new[id(b)] = [Instruction(f"mov.{register_type(d, declared)}", (d, s), pred=pred)
                       for d, s in zip(b.defs(), a.defs())]
     for n, mine in enumerate(twins):
@@ -233,11 +242,7 @@ def _rewrite(fn, twins, loads, pairs) -> int:
                 for i in range(start, len(ops)):
                     if not ops[i].strip().startswith("["):
                         ops[i] = _REG.sub(lambda m: table.get(m.group(0), m.group(0)), ops[i])
-                pred = ins.pred
-                if pred:
-                    bang = "@!" if pred.startswith("@!") else "@"
-                    pred = bang + table.get(pred.lstrip("@!"), pred.lstrip("@!"))
-                new[id(ins)] = [ins.with_(operands=tuple(ops), pred=pred)]
+                new[id(ins)] = [ins.with_(operands=tuple(ops), pred=_guard(ins.pred, table))]
     body = []
     for line in fn.body:
         if id(line.stmt) in new:
